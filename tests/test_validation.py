@@ -1,0 +1,86 @@
+"""Bad settings fail before any model loads, naming the parameter, the value and the rule."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from trainer.validation import ConfigError, validate
+
+CONF = str(Path(__file__).parents[1] / "conf")
+
+
+def composed(*overrides: str):
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def test_defaults_are_valid():
+    assert validate(composed()) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("temperature=0", "temperature=0.0: must be in (0, 10)"),
+        ("temperature=10.0", "temperature=10.0: must be in (0, 10)"),
+        ("lr=0", "lr=0: must be > 0"),
+        ("lr=-1e-5", "lr=-1e-05: must be > 0"),
+        ("lr=fast", "lr='fast': must be a number or \"auto\""),
+        ("num_substeps=3", "num_substeps=3: batch_size=16 must be divisible by num_substeps"),
+        ("group_size=1", "group_size=1: must be >= 2"),
+        ("kl_penalty_coef=-0.1", "kl_penalty_coef=-0.1: must be >= 0"),
+        ("loss.name=reinforce", "loss.name='reinforce': must be one of"),
+        ("scale_rewards=std", "scale_rewards='std': must be one of"),
+        ("top_p=0", "top_p=0.0: must be in (0, 1]"),
+        ("max_tokens=0", "max_tokens=0: must be >= 1"),
+        ("lr_schedule=step", "lr_schedule='step': must be one of"),
+        ("model.family=gpt", "model.family='gpt': lr=auto needs a calibrated family"),
+        ("model.path=/no/such/model", "model.path='/no/such/model': must be a Hugging Face model"),
+        ("task=jsonl", None),  # task.path is required: Hydra's own MissingMandatoryValue
+    ],
+)
+def test_bad_settings_name_parameter_value_and_rule(override, message):
+    if message is None:
+        with pytest.raises(Exception, match="task.path"):
+            validate(composed(override, "task.path=???"))
+        return
+    with pytest.raises(ConfigError) as error:
+        validate(composed(override))
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warning"),
+    [
+        (["lr=2.0"], "lr=2.0 is outside [1e-7, 1]"),
+        (["lr=1e-9"], "lr=1e-09 is outside [1e-7, 1]"),
+        (["loss=dapo", "loss.clip_high=1.2"], "loss.clip_high=1.2: DAPO recommends 1.28"),
+        (["loss=dapo", "loss.mask_truncated_completions=false"], "DAPO recommends True"),
+        (["loss=dapo", "kl_penalty_coef=0.05"], "kl_penalty_coef=0.05: DAPO recommends 0"),
+    ],
+)
+def test_suspicious_settings_warn(overrides, warning):
+    warnings = validate(composed(*overrides))
+    assert any(warning in w for w in warnings), warnings
+
+
+def test_dapo_defaults_follow_the_recommendation():
+    assert validate(composed("loss=dapo")) == []
+
+
+def test_misspelt_key_fails_at_composition():
+    with pytest.raises(Exception, match="group_sise"):
+        composed("group_sise=8")
+
+
+def test_jsonl_rows_are_checked_with_line_numbers(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n{broken\n")
+    with pytest.raises(ConfigError, match="line 2 is not JSON"):
+        validate(composed("task=jsonl", f"task.path={data}"))
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(ConfigError, match="task.path=.*no such file"):
+        validate(composed("task=jsonl", f"task.path={missing}"))

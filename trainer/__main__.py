@@ -1,0 +1,59 @@
+"""`python -m trainer [overrides]`: one GRPO training run, logged to MLflow.
+
+The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from trainer.tracking import MLflowReporter, MLflowRun, hyperparameters
+from trainer.train import train
+from trainer.validation import ConfigError, validate
+
+log = logging.getLogger("trainer")
+
+
+def run_name(cfg: DictConfig) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return " ".join(overrides) or "defaults"
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    try:
+        validate(cfg)  # before the MLflow run exists: a bad setting leaves nothing behind
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    run = MLflowRun(cfg.experiment, run_name(cfg), tags={"sweeper.role": "single"})
+    run.log_params(hyperparameters(cfg))
+    run.log_config(cfg)
+    status = "FAILED"
+    try:
+        result = train(cfg, MLflowReporter(run))
+        run.log_artifacts(result.output_dir / "adapter", "adapter")
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        run.end(status)
+    baseline = "n/a" if result.baseline_eval is None else f"{result.baseline_eval:.3f}"
+    log.info(
+        "eval/reward/mean: %s -> %.3f; adapter in %s; MLflow run %s",
+        baseline,
+        result.final_eval,
+        result.output_dir / "adapter",
+        run.run_id,
+    )
+    return result.final_eval
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Typed schema of the training config, registered in Hydra's ConfigStore.
+
+Every RL hyperparameter sits at the root, so `group_size=8 lr=2e-5` work as written on the
+command line. A misspelt key or a wrong type fails when Hydra composes the config, before any
+model is loaded. The YAML files in `conf/` extend these schemas through their defaults lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class TinyModelRecipe:
+    """The embedded default model: a small Llama warm-started on integer addition.
+
+    Every field is part of the cache key, so a changed recipe builds a new model.
+    """
+
+    hidden_size: int = 128  # width; ~330k parameters with the defaults below
+    num_layers: int = 2  # transformer blocks
+    num_heads: int = 4  # attention heads (hidden_size must divide by it)
+    intermediate_size: int = 256  # MLP width
+    num_digits: int = 2  # operands of the warm-start task: 0 .. 10**num_digits - 1
+    target_accuracy: float = 0.3  # warm-start stops once sampled accuracy reaches this
+    max_warmup_steps: int = 2000  # supervised steps at most
+    warmup_lr: float = 3e-3  # AdamW learning rate of the supervised warm start
+    warmup_batch_size: int = 64  # problems per supervised step
+    seed: int = 0  # makes the weights reproducible
+    cache_dir: str = "~/.cache/grpo-sweeper"  # built models live here, keyed by recipe
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None  # Hugging Face causal-LM directory; None uses the tiny model
+    family: str = "llama"  # model family for lr=auto: llama or qwen
+    dtype: str = "float32"  # float32, bfloat16 or float16
+    device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
+    tiny: TinyModelRecipe = field(default_factory=TinyModelRecipe)
+
+
+@dataclass
+class LossConfig:
+    name: str = "importance_sampling"  # key in trainer.losses.LOSSES
+    clip_low: float = 0.8  # lower bound of the clipped ratio (1 - epsilon)
+    clip_high: float = 1.2  # upper bound of the clipped ratio (1 + epsilon_high)
+    mask_truncated_completions: bool = False  # completions without EOS give no gradient
+
+
+@dataclass
+class SamplerConfig:
+    name: str = "torch"  # torch (transformers generate, KV cache) or vllm (GPU, optional)
+    gpu_memory_utilization: float = 0.3  # vllm only: share of GPU memory for its KV cache
+
+
+@dataclass
+class TrialBinding:
+    """Filled in by the sweeper so a job in any process can reach its live Optuna trial.
+
+    Leave empty for a single run; never part of the tuned config.
+    """
+
+    id: int | None = None  # Optuna trial id in the storage
+    number: int | None = None  # the trial's number within its study
+    storage: str | None = None  # Optuna storage URL
+    study: str | None = None  # study name
+    parent_run_id: str | None = None  # MLflow run id of the study's parent run
+
+
+@dataclass
+class TrainConfig:
+    # --- groups (one per axis of variation) ---
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: Any = MISSING  # a task built by `_target_` (see conf/task/)
+    loss: LossConfig = field(default_factory=LossConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+    # --- optimisation ---
+    lr: Any = 2e-3  # learning rate, or "auto": get_lr() from the model's hidden size and family
+    lr_batch_scaling: bool = False  # scale lr by sqrt(batch_size / lr_reference_batch_size)
+    lr_reference_batch_size: int = 16  # the batch size at which lr applies unscaled
+    lr_schedule: str = "constant"  # constant, linear or cosine decay after warmup
+    warmup_steps: int = 0  # linear lr warmup, in training steps
+    max_grad_norm: float = 1.0  # gradient clipping; 0 turns it off
+    max_steps: int = 50  # training steps (one sampling round each)
+
+    # --- batch shape ---
+    batch_size: int = 32  # unique problems per step
+    group_size: int = 8  # rollouts per problem; rollouts per step = batch_size x group_size
+    num_substeps: int = 1  # minibatches per step, one optimizer step each, one epoch
+
+    # --- advantages ---
+    scale_rewards: str = "none"  # none (centre only), group or batch: divide by that std
+    remove_constant_reward_groups: bool = False  # drop groups whose rewards are all equal
+
+    # --- KL ---
+    kl_penalty_coef: float = 0.0  # advantage_t += coef * (batch mean kl - kl_t), vs reference
+    kl_discount_factor: float = 0.0  # >0 adds discounted future kl terms to each token
+    kl_threshold: float = 0.01  # warn (and let the sweeper prune) above this sampler-train KL
+
+    # --- sampling ---
+    temperature: float = 1.0  # sampling temperature, in (0, 10)
+    top_p: float = 1.0  # nucleus sampling; 1.0 turns it off
+    top_k: int = 0  # keep the k most likely tokens; 0 turns it off
+    min_p: float = 0.0  # drop tokens below min_p x the top probability; 0 turns it off
+    repetition_penalty: float = 1.0  # >1 discourages repeated tokens; 1.0 turns it off
+    max_tokens: int = 8  # completion length limit, in tokens
+
+    # --- LoRA (PEFT); lora_rank=0 trains every weight ---
+    lora_rank: int = 8
+    lora_alpha: int = 16  # LoRA scale is lora_alpha / lora_rank
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    # --- schedule of side work ---
+    eval_every: int = 10  # held-out eval every N steps (and always at the end); 0: end only
+    save_every: int = 0  # checkpoint (adapter, optimizer, step, RNG) every N steps; 0: off
+    resume: bool = False  # continue from the last checkpoint in output_dir
+    seed: int = 0  # seeds sampling, batching and LoRA init
+
+    # --- bookkeeping ---
+    output_dir: str = "outputs/run"  # adapter, resolved config and checkpoints go here
+    experiment: str = "grpo"  # MLflow experiment name
+    trial: TrialBinding = field(default_factory=TrialBinding)
+
+
+def register_configs() -> None:
+    """Register the schemas; YAML files in conf/ extend them by name."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="loss", name="loss_schema", node=LossConfig)
+    cs.store(group="sampler", name="sampler_schema", node=SamplerConfig)

@@ -1,0 +1,107 @@
+"""MLflow logging shared by single runs (`python -m trainer`) and sweep trials.
+
+We log through MlflowClient with explicit run ids rather than MLflow's global active run, so
+a sweep trial running in the sweeper's own process never mixes with the study's parent run.
+The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+# Keys that describe where a run lives, not what it trains: never params, never tuned values.
+BOOKKEEPING_KEYS = ("output_dir", "trial", "resume", "experiment")
+
+
+def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config flattened to dotted keys, bookkeeping left out."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk({k: v for k, v in container.items() if k not in BOOKKEEPING_KEYS}, "")
+    return flat
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except mlflow.exceptions.MlflowException:  # another worker created it first
+        return client.get_experiment_by_name(name).experiment_id
+
+
+class MLflowRun:
+    """One MLflow run: params, per-step metrics, artifacts, and how it ended."""
+
+    def __init__(
+        self,
+        experiment: str,
+        run_name: str,
+        parent_run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        client: MlflowClient | None = None,
+    ) -> None:
+        self.client = client or MlflowClient()
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(
+            experiment_id(self.client, experiment), run_name=run_name, tags=all_tags
+        )
+        self.run_id = run.info.run_id
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow accepts at most 100 params a batch
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        # NaN is a legal metric value in MLflow and worth seeing; inf is stored as a large value.
+        now = int(1000 * time.time())
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, str(value))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
+
+    def log_config(self, cfg: DictConfig) -> None:
+        self.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+    def end(self, status: str = "FINISHED") -> None:
+        """status: FINISHED, FAILED or KILLED (MLflow's names)."""
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class MLflowReporter:
+    """The trainer's per-step reporter for a plain run: every step's metrics to MLflow."""
+
+    def __init__(self, run: MLflowRun) -> None:
+        self.run = run
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.run.log_metrics(step, metrics)

@@ -1,0 +1,269 @@
+"""The GRPO training loop, top to bottom.
+
+train():   validate -> load policy and task -> baseline eval -> steps -> final eval and save
+grpo_step(): sample batch_size x group_size rollouts -> rewards -> group-centred advantages
+             -> optional KL shaping against the reference -> num_substeps minibatch updates
+
+Simplifications, stated plainly: one reward per completion (no per-step rewards), one epoch
+over each batch, and the sampler's log-probs are the old policy of the importance ratio.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from trainer import rl_math
+from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
+from trainer.losses import LossInputs, get_loss
+from trainer.lr import make_scheduler, resolve_lr
+from trainer.policy import Policy, TokenBatch, collate, load_policy, token_logprobs
+from trainer.progress import progress
+from trainer.sampling import SamplingSettings, make_sampler
+from trainer.tasks import Task
+from trainer.validation import validate
+
+log = logging.getLogger(__name__)
+
+
+class Reporter(Protocol):
+    def report(self, step: int, metrics: dict[str, float]) -> None:
+        """Receive a step's metrics; raising stops training (e.g. a pruned sweep trial)."""
+
+
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in rewards, log-probs or the loss: the run cannot recover from it."""
+
+
+@dataclass
+class TrainResult:
+    final_eval: float
+    baseline_eval: float | None
+    steps: int
+    output_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)  # last value of each metric
+
+
+def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
+    for warning in validate(cfg):
+        log.warning(warning)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    policy = load_policy(cfg)
+    task: Task = hydra.utils.instantiate(cfg.task)
+    lr = resolve_lr(cfg, policy.model.config.hidden_size)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=0.0)
+    scheduler = make_scheduler(cfg, optimizer)
+    sampler = make_sampler(cfg.sampler.name, policy, cfg)
+    settings = SamplingSettings.from_config(cfg)
+
+    start_step, baseline = 0, None
+    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
+    if checkpoint is not None:
+        start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
+        log.info("Resumed from %s (step %d)", checkpoint, start_step)
+    else:
+        baseline = evaluate(sampler, task, settings)
+        warn_on_baseline(baseline)
+        _report(reporter, 0, {"eval/reward/mean": baseline})
+
+    log.info(
+        "Training %d steps at lr=%.3g, %d rollouts a step",
+        cfg.max_steps,
+        lr,
+        cfg.batch_size * cfg.group_size,
+    )
+    metrics: dict[str, float] = {}
+    last_eval = baseline
+    bar = progress(range(start_step + 1, cfg.max_steps + 1), "grpo", unit="step")
+    try:
+        for step in bar:
+            metrics = grpo_step(cfg, policy, sampler, task, optimizer, rng, settings)
+            scheduler.step()
+            if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
+                last_eval = metrics["eval/reward/mean"] = evaluate(sampler, task, settings)
+            warn_on_kl(cfg, step, metrics)
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.2f}",
+                eval=f"{last_eval:.2f}",
+                kl=f"{metrics['kl_sample_train_v2']:.1e}",
+            )
+            _report(reporter, step, metrics)
+            if cfg.save_every and step % cfg.save_every == 0:
+                save_checkpoint(cfg.output_dir, step, policy, optimizer, scheduler, rng)
+    finally:
+        bar.close()
+    save_final(cfg.output_dir, policy, cfg)
+    return TrainResult(last_eval, baseline, cfg.max_steps, Path(cfg.output_dir), metrics)
+
+
+def grpo_step(
+    cfg: DictConfig,
+    policy: Policy,
+    sampler,
+    task: Task,
+    optimizer: torch.optim.Optimizer,
+    rng: random.Random,
+    settings: SamplingSettings,
+) -> dict[str, float]:
+    # 1. Sample: group_size rollouts of each of batch_size problems, grouped by problem.
+    started = time.perf_counter()
+    problems_P = task.train_problems(cfg.batch_size, rng)
+    prompts_N = [p.prompt for p in problems_P for _ in range(cfg.group_size)]
+    rollouts_N = sampler.sample(prompts_N, settings)
+    rewards_N = [
+        task.reward(problems_P[i // cfg.group_size], r.text, r.finished)
+        for i, r in enumerate(rollouts_N)
+    ]
+    rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(cfg.batch_size, cfg.group_size)
+    sample_s = time.perf_counter() - started
+    require_finite("reward", rewards_PG)
+    metrics = {
+        "reward/mean": rewards_PG.mean().item(),
+        "reward/std": rewards_PG.std().item(),
+        **rl_math.group_outcome_fractions(rewards_PG),
+    }
+
+    # 2. Advantages: centred within each group, broadcast to every action token.
+    started = time.perf_counter()
+    batch = collate(rollouts_N, policy.tokenizer.pad_token_id).to(policy.device)
+    require_finite("sampler logprob", batch.sampler_logp_NT)
+    advantages_N = rl_math.compute_advantages(rewards_PG, cfg.scale_rewards).view(-1, 1)
+    advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
+
+    # 3. KL penalty: shape advantages toward the reference (the base model, adapter off).
+    if cfg.kl_penalty_coef > 0:
+        with torch.no_grad(), policy.reference() as reference:
+            ref_logp_NT, _ = token_logprobs(reference, batch, cfg.temperature)
+        shaping_NT, metrics["kl_policy_ref"] = rl_math.kl_penalty(
+            batch.sampler_logp_NT,
+            ref_logp_NT,
+            batch.mask_NT,
+            cfg.kl_penalty_coef,
+            cfg.kl_discount_factor,
+        )
+        advantages_NT = advantages_NT + shaping_NT
+
+    # 4. Updates: num_substeps minibatches of whole groups, one optimizer step each.
+    mask_NT = batch.mask_NT
+    if cfg.loss.mask_truncated_completions:
+        mask_NT = mask_NT * batch.finished_N[:, None]
+    keep_P = torch.ones(cfg.batch_size, dtype=torch.bool)
+    if cfg.remove_constant_reward_groups:
+        keep_P = ~rl_math.constant_groups(rewards_PG)
+    updates = []
+    for problems in torch.arange(cfg.batch_size).chunk(cfg.num_substeps):
+        problems = problems[keep_P[problems]]
+        if len(problems):
+            rows = (problems[:, None] * cfg.group_size + torch.arange(cfg.group_size)).flatten()
+            updates.append(
+                minibatch_update(cfg, policy, optimizer, batch, advantages_NT, mask_NT, rows)
+            )
+    metrics.update(average_updates(updates))
+    metrics["lr"] = optimizer.param_groups[0]["lr"]
+    train_s = time.perf_counter() - started
+
+    metrics["time/sample_s"] = sample_s
+    metrics["time/train_s"] = train_s
+    metrics["throughput/rollouts_per_s"] = len(rollouts_N) / (sample_s + train_s)
+    return metrics
+
+
+def minibatch_update(
+    cfg: DictConfig,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    batch: TokenBatch,
+    advantages_NT: torch.Tensor,
+    mask_NT: torch.Tensor,
+    rows: torch.Tensor,
+) -> dict[str, float]:
+    """One forward/backward/optimizer step on the given rollouts."""
+    rows = rows.to(policy.device)
+    minibatch = batch.select(rows)
+    logp_NT, entropy_NT = token_logprobs(
+        policy.model, minibatch, cfg.temperature, with_entropy=True
+    )
+    require_finite("learner logprob", logp_NT[minibatch.mask_NT.bool()])
+    inputs = LossInputs(
+        logp_NT, minibatch.sampler_logp_NT, advantages_NT[rows], mask_NT[rows], cfg.max_tokens
+    )
+    loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
+    require_finite("loss", loss)
+    loss.backward()
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    # Sampler-vs-learner KL on this minibatch, before its own update took effect.
+    kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
+    return {
+        "loss": loss.item(),
+        "grad_norm": grad_norm.item(),
+        "kl_sample_train_v1": kl_v1,
+        "kl_sample_train_v2": kl_v2,
+        "entropy": rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
+    }
+
+
+def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over the step's minibatches; with none (all groups filtered) nothing moved."""
+    if not updates:
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            "kl_sample_train_v1": 0.0,
+            "kl_sample_train_v2": 0.0,
+            "entropy": 0.0,
+        }
+    return {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]}
+
+
+@torch.no_grad()
+def evaluate(sampler, task: Task, settings: SamplingSettings) -> float:
+    """Mean reward of one sampled completion per held-out problem."""
+    problems = task.eval_problems()
+    rollouts = sampler.sample([p.prompt for p in problems], settings)
+    rewards = [task.reward(p, r.text, r.finished) for p, r in zip(problems, rollouts, strict=True)]
+    return sum(rewards) / len(rewards)
+
+
+def require_finite(name: str, values: torch.Tensor) -> None:
+    if not torch.isfinite(values).all():
+        raise NonFiniteError(f"{name} is not finite (NaN or inf); lower lr or check the reward")
+
+
+def warn_on_baseline(baseline: float) -> None:
+    if baseline == 0.0:
+        log.warning("Baseline eval reward is 0%%: the task is likely too hard for this model")
+    elif baseline >= 0.8:
+        log.warning(
+            "Baseline eval reward is %.0f%%: little left to learn, use harder problems",
+            100 * baseline,
+        )
+
+
+def warn_on_kl(cfg: DictConfig, step: int, metrics: dict[str, float]) -> None:
+    for name in ("kl_sample_train_v1", "kl_sample_train_v2"):
+        if metrics[name] > cfg.kl_threshold:
+            log.warning(
+                "step %d: %s=%.4f exceeds kl_threshold=%g (unstable update)",
+                step,
+                name,
+                metrics[name],
+                cfg.kl_threshold,
+            )
+
+
+def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
+    if reporter is not None:
+        reporter.report(step, metrics)
