@@ -72,7 +72,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
         log.info("Resumed from %s (step %d)", checkpoint, start_step)
     else:
-        baseline = evaluate(sampler, task, settings)
+        baseline = evaluate(sampler, task, settings, cfg.seed)
         warn_on_baseline(baseline)
         _report(reporter, 0, {"eval/reward/mean": baseline})
 
@@ -90,11 +90,11 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
             metrics = grpo_step(cfg, policy, sampler, task, optimizer, rng, settings)
             scheduler.step()
             if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
-                last_eval = metrics["eval/reward/mean"] = evaluate(sampler, task, settings)
+                last_eval = metrics["eval/reward/mean"] = evaluate(sampler, task, settings, cfg.seed)
             warn_on_kl(cfg, step, metrics)
             bar.set_postfix(
                 reward=f"{metrics['reward/mean']:.2f}",
-                eval=f"{last_eval:.2f}",
+                eval="-" if last_eval is None else f"{last_eval:.2f}",
                 kl=f"{metrics['kl_sample_train_v2']:.1e}",
             )
             _report(reporter, step, metrics)
@@ -117,6 +117,7 @@ def grpo_step(
 ) -> dict[str, float]:
     # 1. Sample: group_size rollouts of each of batch_size problems, grouped by problem.
     started = time.perf_counter()
+    sampler.sync_weights()  # a separate inference engine (vLLM) gets the current adapter
     problems_P = task.train_problems(cfg.batch_size, rng)
     prompts_N = [p.prompt for p in problems_P for _ in range(cfg.group_size)]
     rollouts_N = sampler.sample(prompts_N, settings)
@@ -229,10 +230,18 @@ def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def evaluate(sampler, task: Task, settings: SamplingSettings) -> float:
-    """Mean reward of one sampled completion per held-out problem."""
+def evaluate(sampler, task: Task, settings: SamplingSettings, seed: int = 0) -> float:
+    """Mean reward of one sampled completion per held-out problem.
+
+    Sampling runs on a forked RNG with a fixed seed: every eval draws the same random numbers
+    (so evals differ only by the weights), and training's random stream is untouched, so how
+    often one evaluates never changes what is trained.
+    """
     problems = task.eval_problems()
-    rollouts = sampler.sample([p.prompt for p in problems], settings)
+    devices = list(range(torch.cuda.device_count()))
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        rollouts = sampler.sample([p.prompt for p in problems], settings)
     rewards = [task.reward(p, r.text, r.finished) for p, r in zip(problems, rollouts, strict=True)]
     return sum(rewards) / len(rewards)
 
