@@ -96,3 +96,21 @@ def token_entropy(logits_NTV: torch.Tensor) -> torch.Tensor:
     """Entropy of each position's next-token distribution, in nats."""
     logp_NTV = torch.log_softmax(logits_NTV.float(), dim=-1)
     return -(logp_NTV.exp() * logp_NTV).sum(dim=-1)
+
+
+def minibatch_rows(
+    batch_size: int, group_size: int, num_substeps: int, keep_P: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """Rollout rows of each minibatch: problems split into num_substeps contiguous chunks,
+    every rollout of a problem in the same chunk; problems not in keep_P are left out and a
+    chunk left empty is dropped (no optimizer step without data).
+    """
+    minibatches = []
+    for problems in torch.arange(batch_size).chunk(num_substeps):
+        if keep_P is not None:
+            problems = problems[keep_P[problems]]
+        if len(problems):
+            minibatches.append(
+                (problems[:, None] * group_size + torch.arange(group_size)).flatten()
+            )
+    return minibatches

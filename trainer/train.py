@@ -90,7 +90,9 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
             metrics = grpo_step(cfg, policy, sampler, task, optimizer, rng, settings)
             scheduler.step()
             if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
-                last_eval = metrics["eval/reward/mean"] = evaluate(sampler, task, settings, cfg.seed)
+                last_eval = metrics["eval/reward/mean"] = evaluate(
+                    sampler, task, settings, cfg.seed
+                )
             warn_on_kl(cfg, step, metrics)
             bar.set_postfix(
                 reward=f"{metrics['reward/mean']:.2f}",
@@ -158,17 +160,13 @@ def grpo_step(
     mask_NT = batch.mask_NT
     if cfg.loss.mask_truncated_completions:
         mask_NT = mask_NT * batch.finished_N[:, None]
-    keep_P = torch.ones(cfg.batch_size, dtype=torch.bool)
+    keep_P = None
     if cfg.remove_constant_reward_groups:
         keep_P = ~rl_math.constant_groups(rewards_PG)
-    updates = []
-    for problems in torch.arange(cfg.batch_size).chunk(cfg.num_substeps):
-        problems = problems[keep_P[problems]]
-        if len(problems):
-            rows = (problems[:, None] * cfg.group_size + torch.arange(cfg.group_size)).flatten()
-            updates.append(
-                minibatch_update(cfg, policy, optimizer, batch, advantages_NT, mask_NT, rows)
-            )
+    updates = [
+        minibatch_update(cfg, policy, optimizer, batch, advantages_NT, mask_NT, rows)
+        for rows in rl_math.minibatch_rows(cfg.batch_size, cfg.group_size, cfg.num_substeps, keep_P)
+    ]
     metrics.update(average_updates(updates))
     metrics["lr"] = optimizer.param_groups[0]["lr"]
     train_s = time.perf_counter() - started
