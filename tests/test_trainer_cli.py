@@ -45,3 +45,23 @@ def test_a_bad_setting_fails_in_one_line_and_leaves_no_run(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("grpo")
     assert experiment is None or not client.search_runs([experiment.experiment_id])
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        (
+            "http://127.0.0.1:9",
+            "MLFLOW_TRACKING_URI='http://127.0.0.1:9': cannot use this tracking store",
+        ),
+        ("postgresql://nobody@127.0.0.1:9/mlflow", "cannot use this tracking store"),
+    ],
+)
+def test_an_unreachable_tracking_store_fails_in_one_line(tmp_path, uri, message):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", f"hydra.run.dir={tmp_path}/run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert message in done.stderr.strip().splitlines()[-1]

@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from trainer.tracking import MLflowReporter, MLflowRun, hyperparameters
+from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri, hyperparameters
 from trainer.train import train
 from trainer.validation import ConfigError, validate
 
@@ -29,6 +29,7 @@ def run_name(cfg: DictConfig) -> str:
 def main(cfg: DictConfig) -> float:
     try:
         validate(cfg)  # before the MLflow run exists: a bad setting leaves nothing behind
+        check_tracking_uri()
     except ConfigError as e:
         sys.exit(f"error: {e}")
     run = MLflowRun(cfg.experiment, run_name(cfg), tags={"sweeper.role": "single"})

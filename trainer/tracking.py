@@ -8,14 +8,18 @@ The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:/
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
+
+from trainer.validation import ConfigError
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
 BOOKKEEPING_KEYS = ("output_dir", "trial", "resume", "experiment")
@@ -35,6 +39,25 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
 
     walk({k: v for k, v in container.items() if k not in BOOKKEEPING_KEYS}, "")
     return flat
+
+
+def check_tracking_uri(uri: str | None = None) -> str:
+    """Fail in one line, before any run starts, when the tracking store cannot be used.
+
+    A server is probed with a 5 s timeout instead of MLflow's own retries (minutes).
+    """
+    uri = uri or mlflow.get_tracking_uri()
+    try:
+        if urlparse(uri).scheme in ("http", "https"):
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+        else:
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as e:  # any failure here means no run could be logged
+        reason = str(getattr(e, "reason", None) or e).strip().splitlines()[0][:200]
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={uri!r}: cannot use this tracking store ({reason})"
+        ) from None
+    return uri
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
