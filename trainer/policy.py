@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from trainer.rl_math import token_entropy
 from trainer.sampling import Rollout
 from trainer.tiny_model import build_tiny_model
+
+# PEFT asks transformers a deprecated question on every wrap; nothing for a user to act on.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 def resolve_device(name: str) -> torch.device:
