@@ -1,0 +1,112 @@
+"""`python -m analysis {report,best,compare}`: read a sweep's stores, say what happened.
+
+report   leaderboard in the terminal; HTML report + PNG figures in reports/<study>/,
+         also logged to the study's MLflow parent run
+best     the tuned YAML of the best trial (what `+tuned=<study>` composes)
+compare  two studies' best configs and objectives side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.advice import advise
+from analysis.load import DEFAULT_STORAGE, AnalysisError, StudyData, load_study
+from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except AnalysisError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(required=True, metavar="command")
+    storage_help = f"Optuna storage URL (default: {DEFAULT_STORAGE}, the sweeper's default)"
+
+    r = sub.add_parser("report", help="leaderboard, HTML report and figures")
+    r.add_argument("--study", help="study name (default: the only / most recent one)")
+    r.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
+    r.add_argument("--out", type=Path, help="output folder (default: reports/<study>/)")
+    r.add_argument(
+        "--no-mlflow-log",
+        action="store_true",
+        help="do not log the report to the study's MLflow parent run",
+    )
+    r.set_defaults(func=cmd_report)
+
+    b = sub.add_parser("best", help="print the tuned YAML of the best trial")
+    b.add_argument("--study", help="study name (default: the only / most recent one)")
+    b.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
+    b.set_defaults(func=cmd_best)
+
+    c = sub.add_parser("compare", help="two studies' best configs side by side")
+    c.add_argument("study_a")
+    c.add_argument("study_b")
+    c.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
+    c.add_argument("--storage-b", help="storage of the second study (default: --storage)")
+    c.set_defaults(func=cmd_compare)
+    return p
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    data = load_study(args.storage, args.study)
+    for note in data.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print("\n".join(summary_lines(data)))
+    if data.trials:
+        print()
+        print(leaderboard_text(data))
+    print()
+    print(advice_text(advise(data)))
+    out = args.out or Path("reports") / data.name
+    page = write_report(data, out)
+    print(f"\nReport: {page.absolute()}")
+    if not args.no_mlflow_log:
+        log_report(data, out)
+    return 0
+
+
+def log_report(data: StudyData, out: Path) -> None:
+    """The report as an `analysis/` artifact of the study's MLflow parent run, if reachable."""
+    run_id, uri = data.attrs.get("mlflow_parent_run_id"), data.attrs.get("mlflow_tracking_uri")
+    if not run_id or not uri:
+        print("note: no MLflow parent run recorded; the report was not logged", file=sys.stderr)
+        return
+    try:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(uri).log_artifacts(run_id, str(out), "analysis")
+    except Exception as e:  # an unreachable server must not lose the report written on disk
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"note: could not log the report to MLflow run {run_id}: {first}", file=sys.stderr)
+        return
+    print(f"Logged to MLflow run {run_id} (artifacts/analysis/index.html)")
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from analysis.tuned import tuned_yaml
+
+    data = load_study(args.storage, args.study, with_mlflow=False)
+    sys.stdout.write(tuned_yaml(data))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from analysis.compare import compare_text
+
+    a = load_study(args.storage, args.study_a, with_mlflow=False)
+    b = load_study(args.storage_b or args.storage, args.study_b, with_mlflow=False)
+    print(compare_text(a, b))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Rules of thumb -> "what to try next".
+
+Each rule reads the study's records and returns advice or None. The rules come from the
+practitioners' notes the project started from: an unstable run shows up as sampler-vs-
+learner KL over ~0.01 (lower the learning rate or the substeps); groups whose rollouts all
+score the same carry no gradient signal (bigger groups, or a task of the right difficulty);
+a baseline of 0% or 80%+ means the task does not fit the model; a best value at the edge of
+its range says the range should go further.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import mean, median
+
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from analysis.load import StudyData, TrialRecord
+
+KL_PRUNED_SHARE = 0.5  # "most trials pruned on KL"
+LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
+BASELINE_TOO_HARD = 0.02
+BASELINE_TOO_EASY = 0.8
+EDGE_SHARE = 0.1  # within 10% of a range's width (log width on a log scale) of a bound
+
+
+@dataclass(frozen=True)
+class Advice:
+    title: str  # what to do, one line
+    why: str  # the evidence from this study
+
+
+Rule = Callable[[StudyData], "Advice | list[Advice] | None"]
+
+
+def kl_pruning(data: StudyData) -> Advice | None:
+    finished = data.by_state("complete", "pruned", "failed")
+    on_kl = [t for t in data.by_state("pruned") if (t.prune_reason or {}).get("threshold")]
+    if not finished or len(on_kl) / len(finished) < KL_PRUNED_SHARE:
+        return None
+    swept = [p for p in ("lr", "num_substeps") if p in data.param_names]
+    where = f" (shift the swept range of {' and '.join(swept)} down)" if swept else ""
+    return Advice(
+        "Lower the learning rate or num_substeps" + where,
+        f"{len(on_kl)} of {len(finished)} finished trials were pruned for KL over "
+        f"{data.kl_threshold:g}: updates move the policy too far from the sampler. A KL "
+        "penalty (kl_penalty_coef 0.01-0.1) also holds it back.",
+    )
+
+
+def scarce_signal(data: StudyData) -> Advice | None:
+    fracs = [_mean_metric(t, "groups/frac_mixed") for t in data.trials]
+    fracs = [f for f in fracs if f is not None]
+    if not fracs or mean(fracs) >= LOW_FRAC_MIXED:
+        return None
+    good = _study_mean(data, "groups/frac_all_good")
+    bad = _study_mean(data, "groups/frac_all_bad")
+    if good is not None and bad is not None and good != bad:
+        side = "all correct (too easy)" if good > bad else "all wrong (too hard)"
+        detail = f" Most constant groups are {side}."
+    else:
+        detail = ""
+    return Advice(
+        "Raise group_size, or change the task's difficulty",
+        f"On average only {mean(fracs):.0%} of groups had mixed rewards (groups/frac_mixed); "
+        f"a group whose rollouts all score the same gives zero advantage.{detail}",
+    )
+
+
+def baseline_fit(data: StudyData) -> Advice | None:
+    baselines = [t.baseline for t in data.trials if _finite(t.baseline)]
+    if not baselines:
+        return None
+    b = median(baselines)
+    if b <= BASELINE_TOO_HARD:
+        return Advice(
+            "Make the task easier or use a stronger model",
+            f"The baseline eval reward (step 0, before any update) is {b:.1%}: with almost no "
+            "correct rollouts there is nothing to reinforce.",
+        )
+    if b >= BASELINE_TOO_EASY:
+        return Advice(
+            "Make the task harder or use a weaker starting model",
+            f"The baseline eval reward is already {b:.1%}: little room to improve, and most "
+            "groups score all-correct (no signal).",
+        )
+    return None
+
+
+def edge_of_range(data: StudyData) -> list[Advice]:
+    """The best trial's value sits at a bound of its range: the optimum may lie beyond."""
+    best = data.best()
+    if best is None or len(data.by_state("complete")) < 2:
+        return []
+    out = []
+    for name, value in best.params.items():
+        side = _edge(data.distributions.get(name), value)
+        if side is None:
+            continue
+        spec = (data.attrs.get("search_space") or {}).get(name, "")
+        out.append(
+            Advice(
+                f"Extend the range of {name} {'upward' if side == 'high' else 'downward'}",
+                f"The best trial t{best.number} has {name}={value}, at the {side} end of the "
+                f"range searched{f' ({spec})' if spec else ''}.",
+            )
+        )
+    return out
+
+
+def _edge(dist, value) -> str | None:
+    if isinstance(dist, CategoricalDistribution):
+        numeric = [
+            c for c in dist.choices if isinstance(c, int | float) and not isinstance(c, bool)
+        ]
+        if len(numeric) < 2 or len(numeric) != len(dist.choices):
+            return None
+        return "high" if value == max(numeric) else "low" if value == min(numeric) else None
+    if isinstance(dist, FloatDistribution | IntDistribution) and dist.high > dist.low:
+        scale = math.log if dist.log else float
+        low, high, x = scale(dist.low), scale(dist.high), scale(value)
+        share = (x - low) / (high - low)
+        return "high" if share >= 1 - EDGE_SHARE else "low" if share <= EDGE_SHARE else None
+    return None
+
+
+def still_rising(data: StudyData) -> Advice | None:
+    best = data.best()
+    evals = (best.histories.get(data.objective) if best else None) or []
+    if len(evals) < 3:
+        return None
+    (_, a), (_, b), (step, c) = evals[-3:]
+    rising = c > b > a if data.direction == "maximize" else c < b < a
+    if not rising:
+        return None
+    return Advice(
+        "Train longer (raise max_steps)",
+        f"The best trial t{best.number}'s {data.objective} was still improving at its last "
+        f"eval (step {step}: {a:.3g} -> {b:.3g} -> {c:.3g}).",
+    )
+
+
+def no_gain(data: StudyData) -> Advice | None:
+    best = data.best()
+    if best is None or not _finite(best.baseline) or data.direction != "maximize":
+        return None
+    if best.value > best.baseline:
+        return None
+    return Advice(
+        "Raise the learning rate or train longer",
+        f"The best trial t{best.number} ends at {best.value:.3g}, no better than its baseline "
+        f"{best.baseline:.3g}: training has not helped yet.",
+    )
+
+
+def failures(data: StudyData) -> Advice | None:
+    failed = data.by_state("failed")
+    if not failed:
+        return None
+    reasons: dict[str, int] = {}
+    for t in failed:
+        reasons[t.note] = reasons.get(t.note, 0) + 1
+    common, count = max(reasons.items(), key=lambda kv: kv[1])
+    return Advice(
+        "Fix what makes trials fail",
+        f"{len(failed)} of {len(data.trials)} trials failed; most often ({count}x): {common}",
+    )
+
+
+RULES: list[Rule] = [
+    failures,
+    kl_pruning,
+    baseline_fit,
+    scarce_signal,
+    edge_of_range,
+    still_rising,
+    no_gain,
+]
+
+
+def advise(data: StudyData) -> list[Advice]:
+    """Every rule that fires, in the order above (most urgent first)."""
+    out: list[Advice] = []
+    for rule in RULES:
+        result = rule(data)
+        if isinstance(result, Advice):
+            out.append(result)
+        elif result:
+            out.extend(result)
+    return out
+
+
+def _mean_metric(t: TrialRecord, metric: str) -> float | None:
+    values = [v for _, v in t.histories.get(metric, []) if math.isfinite(v)]
+    return mean(values) if values else None
+
+
+def _study_mean(data: StudyData, metric: str) -> float | None:
+    values = [m for m in (_mean_metric(t, metric) for t in data.trials) if m is not None]
+    return mean(values) if values else None
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)

@@ -1,0 +1,53 @@
+"""`python -m analysis compare A B`: two studies' best configs and objectives side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.load import StudyData
+from analysis.report import STATE_ORDER, show_num, show_value
+
+
+def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:
+    """(what, study A, study B) rows: setup, trial counts, best value, best params."""
+
+    def counts(d: StudyData) -> str:
+        return ", ".join(f"{len(d.by_state(s))} {s}" for s in STATE_ORDER if d.by_state(s))
+
+    def best_value(d: StudyData) -> str:
+        best = d.best()
+        return f"{show_num(best.value, 4)} (t{best.number})" if best else "no completed trial"
+
+    rows = [
+        ("study", a.name, b.name),
+        ("objective", f"{a.direction} {a.objective}", f"{b.direction} {b.objective}"),
+        ("trials", counts(a) or "none", counts(b) or "none"),
+        ("best", best_value(a), best_value(b)),
+    ]
+    best_a, best_b = a.best(), b.best()
+    rows.append(("baseline", _baseline(best_a), _baseline(best_b)))
+    params = list(dict.fromkeys([*_params(best_a), *_params(best_b)]))
+    for name in params:
+        rows.append(
+            (name, show_value(_params(best_a).get(name)), show_value(_params(best_b).get(name)))
+        )
+    fixed_a, fixed_b = a.attrs.get("fixed_overrides") or [], b.attrs.get("fixed_overrides") or []
+    if fixed_a or fixed_b:
+        rows.append(("fixed overrides", " ".join(fixed_a) or "-", " ".join(fixed_b) or "-"))
+    return rows
+
+
+def compare_text(a: StudyData, b: StudyData) -> str:
+    rows = compare_rows(a, b)
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(
+        f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip() for r in rows
+    )
+
+
+def _params(best: Any) -> dict[str, Any]:
+    return dict(best.params) if best is not None else {}
+
+
+def _baseline(best: Any) -> str:
+    return show_num(best.baseline, 3) if best is not None else "-"

@@ -1,0 +1,67 @@
+"""`python -m analysis best`: the tuned YAML of a study's best trial.
+
+One renderer only: the sweeper's (`sweeper.tuned.write_tuned`). When the sweep exported
+`tuned/<study>.yaml` in this directory for the current best trial, that file is printed as
+it is; otherwise (the sweep ran elsewhere, or the file is stale) the best trial's config is
+composed again from its recorded overrides with Hydra's compose API and handed to the same
+renderer.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from analysis.load import AnalysisError, StudyData
+from analysis.report import no_best_message
+
+
+def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
+    """The YAML text `+tuned=<study>` composes back, for the best completed trial."""
+    from sweeper.tuned import tuned_path
+
+    best_study = data.study
+    best = data.best()
+    if best is None or best_study is None:
+        raise AnalysisError(f"study {data.name!r}: {no_best_message(data)}")
+    exported = tuned_path(data.name, cwd)
+    if exported.is_file():
+        text = exported.read_text()
+        if f"best trial: t{best.number}," in text:
+            return text
+    trial = best_study.trials[best.number]
+    overrides = trial.user_attrs.get("overrides")
+    if overrides is None:
+        raise AnalysisError(f"t{best.number} has no recorded overrides; cannot rebuild its config")
+    return _render(data, best.number, list(overrides))
+
+
+def _render(data: StudyData, number: int, overrides: list[str]) -> str:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import sweeper
+    import trainer  # noqa: F401  (registers the config schemas before composing)
+    from sweeper.tuned import write_tuned
+
+    conf = Path(sweeper.__file__).resolve().parents[1] / "conf"
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("sweep", overrides=overrides, return_hydra_config=True)
+    except Exception as e:  # a config group renamed since the sweep, a missing +tuned file
+        raise AnalysisError(f"cannot compose t{number}'s config again: {e}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    trial = data.study.trials[number]
+    # The same notes the sweeper writes (sweeper/sweep.py, SweepRunner._update_tuned).
+    notes = {
+        "study": f"{data.name} (storage {data.storage})",
+        "best trial": f"t{number}, {data.objective} = {trial.value:.4g} ({data.direction})",
+        "MLflow run": trial.user_attrs.get("mlflow_run_id", "-"),
+        "reuse": f"python -m trainer +tuned={data.name}",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{data.name}.yaml"
+        write_tuned(path, cfg, overrides, notes)
+        return path.read_text()

@@ -1,0 +1,22 @@
+"""`python -m sweeper -m group_size=4,8 lr=1e-5,2e-5`: a GRPO hyperparameter sweep.
+
+conf/sweep.yaml is conf/config.yaml with our Optuna sweeper selected; without `-m` this
+runs one training with the defaults, like `python -m trainer`.
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+import trainer  # noqa: F401  (registers the config schemas before Hydra composes)
+from sweeper.job import run
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="sweep")
+def main(cfg: DictConfig) -> float:
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    main()

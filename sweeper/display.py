@@ -1,0 +1,47 @@
+"""What the user watches: a one-line progress after each trial and a final table."""
+
+from __future__ import annotations
+
+import sys
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper.records import best_trial, trial_note
+from sweeper.slots import Counts
+from sweeper.space import show_value
+
+
+def progress_line(study: optuna.Study, planned: int) -> str:
+    c = Counts.of(study)
+    best = best_trial(study)
+    best_text = f"{best.value:.3g} (t{best.number})" if best else "-"
+    running = f", {c.running} running" if c.running else ""
+    return (
+        f"[sweep {study.study_name}] {c.done}/{planned} done "
+        f"({c.pruned} pruned, {c.failed} failed{running}) best={best_text}"
+    )
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def final_table(study: optuna.Study) -> str:
+    """Every trial: number, params, objective, state and, for pruned/failed, why."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    names = list(dict.fromkeys(k for t in trials for k in t.params))
+    header = ["trial", *names, "objective", "state", "note"]
+    rows = [header] + [_row(t, names) for t in trials]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)]
+        lines.append("  ".join([*cells, r[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _row(trial: FrozenTrial, names: list[str]) -> list[str]:
+    params = [show_value(trial.params[n]) if n in trial.params else "" for n in names]
+    value = f"{trial.value:.4g}" if trial.state == TrialState.COMPLETE else "-"
+    return [f"t{trial.number}", *params, value, trial.state.name, trial_note(trial)]

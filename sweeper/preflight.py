@@ -1,0 +1,84 @@
+"""Check every configuration a sweep can reach before its first trial starts.
+
+Each grid point (or, for ranges, each combination of endpoints) is composed the way the
+launcher will compose it (`load_sweep_config`) and checked with `trainer.validation`, so a
+misspelt key or an impossible value fails in seconds, with one line, and before any study
+or MLflow run exists. Past MAX_COMBINATIONS points we check each value on its own instead
+(the other keys at their first value): interactions then go unchecked, values do not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+
+from hydra.errors import HydraException
+from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from sweeper.errors import SweepError
+from sweeper.space import SearchSpace, Value
+from trainer.validation import ConfigError, validate
+
+log = logging.getLogger(__name__)
+
+MAX_COMBINATIONS = 256
+
+
+def check_points(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
+    """Compose and validate every point; return how many were checked."""
+    warnings: set[str] = set()
+    count = 0
+    for values in points(space):
+        overrides = space.overrides(values)
+        cfg = compose(config_loader, master_config, overrides)
+        try:
+            warnings.update(validate(cfg))
+        except ConfigError as e:
+            where = " ".join(space.params[k].override(v) for k, v in values.items())
+            raise SweepError(f"{e}" + (f" (at {where})" if where else "")) from None
+        count += 1
+    for warning in sorted(warnings):
+        log.warning(warning)
+    return count
+
+
+def points(space: SearchSpace) -> Iterator[dict[str, Value]]:
+    names = list(space.params)
+    endpoints = [space.params[n].endpoints for n in names]
+    total = 1
+    for values in endpoints:
+        total *= len(values)
+    if total <= MAX_COMBINATIONS:
+        for combo in itertools.product(*endpoints):
+            yield dict(zip(names, combo, strict=True))
+        return
+    first = {n: values[0] for n, values in zip(names, endpoints, strict=True)}
+    for name, values in zip(names, endpoints, strict=True):
+        for value in values:
+            yield {**first, name: value}
+
+
+def compose(
+    config_loader, master_config: DictConfig, overrides: list[str], keep_hydra: bool = False
+) -> DictConfig:
+    """The config of one trial as the launcher composes it; errors in one line.
+
+    Without keep_hydra the hydra node is dropped, leaving what the job receives.
+    """
+    try:
+        cfg = config_loader.load_sweep_config(master_config, overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise SweepError(one_line(e)) from None
+    if not keep_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+def one_line(error: Exception) -> str:
+    """Hydra's composition errors span lines (an option list, a key path): join them."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("full_key", "object_type"))]
+    return " ".join(lines[:12]) or type(error).__name__

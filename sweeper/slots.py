@@ -1,0 +1,125 @@
+"""The sweep's plan, held in the study as queued (WAITING) trials: one slot per trial to run.
+
+Why slots: several sweeper processes may share a study, and a worker that counts what is
+left and then calls `study.ask()` races the others; `ask` creates a new trial whenever the
+queue is empty, so the loser adds a trial the plan never had. Optuna's GridSampler has the
+same race at the end of a grid (its docs: workers "will occasionally suggest the same
+parameter configuration"). Here the plan is queued once, and a worker takes a slot by
+moving it WAITING -> RUNNING, which the storage grants to exactly one process.
+
+A grid slot carries its point as fixed params; a TPE (random, gp, cmaes) slot carries none
+and the sampler fills it in when taken. An interrupted trial gives its slot back: a new
+WAITING trial with the same params (`retry_of` names the original).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from sweeper.samplers import SamplerChoice
+from sweeper.space import SearchSpace
+from sweeper.storage import exclusive
+
+
+@dataclass
+class Counts:
+    """The study's trials by outcome, all workers together. Interrupted trials (killed,
+    Ctrl-C) gave their slot back, so they count toward nothing."""
+
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    waiting: int = 0
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> Counts:
+        counts = cls()
+        for t in study.get_trials(deepcopy=False):
+            if not is_interrupted(t):
+                name = "failed" if t.state == TrialState.FAIL else t.state.name.lower()
+                setattr(counts, name, getattr(counts, name) + 1)
+        return counts
+
+    @property
+    def done(self) -> int:
+        return self.complete + self.pruned + self.failed
+
+    @property
+    def slots(self) -> int:
+        """Places of the plan taken so far: finished, running or queued."""
+        return self.done + self.running + self.waiting
+
+
+def is_interrupted(trial: FrozenTrial) -> bool:
+    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("interrupted"))
+
+
+def fill(study: optuna.Study, space: SearchSpace, plan: SamplerChoice) -> int:
+    """Queue the slots the plan lacks; return how many. Run by the study's creator, and
+    by a worker that joins it (a resume with a larger n_trials adds the difference)."""
+    if plan.is_grid:
+        have = [_params(t) for t in study.get_trials(deepcopy=False) if not is_interrupted(t)]
+        missing = [p for p in grid_points(space) if p not in have]
+    else:
+        missing = [{}] * max(0, plan.planned - Counts.of(study).slots)
+    for params in missing:
+        study.enqueue_trial(params)
+    return len(missing)
+
+
+def _params(trial: FrozenTrial) -> dict:
+    """A trial's point; a queued one keeps it where enqueue_trial put it until taken."""
+    return trial.params or trial.system_attrs.get("fixed_params", {})
+
+
+def grid_points(space: SearchSpace) -> list[dict]:
+    names = list(space.params)
+    values = [space.params[n].values or () for n in names]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def give_back(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue an interrupted trial's point again; the next worker to take a slot runs it."""
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+
+
+def take(study: optuna.Study, url: str, dists: dict[str, BaseDistribution]) -> Trial | None:
+    """Take one queued slot (None when the queue is empty) and fill in its params."""
+    storage = study._storage
+    with exclusive(url):
+        for frozen in storage.get_all_trials(study._study_id, states=(TrialState.WAITING,)):
+            try:
+                if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                    break
+            except UpdateFinishedTrialError:
+                continue  # another worker took and finished it a moment ago
+        else:
+            return None
+    trial = Trial(study, frozen._trial_id)
+    for name, distribution in dists.items():
+        suggest(trial, name, distribution)
+    return trial
+
+
+def suggest(trial: Trial, name: str, d: BaseDistribution) -> None:
+    """The public suggest_* call for a distribution (a fixed param is returned as is)."""
+    if isinstance(d, CategoricalDistribution):
+        trial.suggest_categorical(name, d.choices)
+    elif isinstance(d, IntDistribution):
+        trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+    elif isinstance(d, FloatDistribution):
+        trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
+    else:
+        raise TypeError(f"{name}: unsupported distribution {d!r}")

@@ -1,0 +1,374 @@
+"""`python -m analysis` on real stores: Optuna studies and MLflow runs written per
+docs/records.md (sqlite files in tmp_path), no mocks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState
+
+from analysis.__main__ import main
+from analysis.advice import advise
+from analysis.load import load_study, trials_frame
+from analysis.plots import pareto_front
+
+KL = "kl_sample_train_v2"
+GROUPS = {"groups/frac_mixed": 0.6, "groups/frac_all_good": 0.2, "groups/frac_all_bad": 0.2}
+SPACE = {
+    "lr": FloatDistribution(1e-5, 1e-3, log=True),
+    "group_size": CategoricalDistribution([2, 4, 8]),
+}
+
+
+class Sweep:
+    """A study and its MLflow runs, written the way the sweeper and job write them."""
+
+    def __init__(self, root: Path, name: str = "s1", threshold: float = 0.01) -> None:
+        self.root = root
+        self.storage = f"sqlite:///{root / 'sweeps.db'}"
+        self.tracking = f"sqlite:///{root / 'mlflow.db'}"
+        self.client = MlflowClient(self.tracking)
+        exp = self.client.get_experiment_by_name("grpo")
+        self.exp = exp.experiment_id if exp else self.client.create_experiment("grpo")
+        self.name = name
+        self.study = optuna.create_study(
+            study_name=name, storage=self.storage, direction="maximize"
+        )
+        parent = self.client.create_run(
+            self.exp, run_name=name, tags={"sweeper.role": "study", "sweeper.study": name}
+        )
+        self.parent = parent.info.run_id
+        attrs = {
+            "objective": "eval/reward/mean",
+            "direction": "maximize",
+            "kl_metric": KL,
+            "kl_threshold": threshold,
+            "search_space": {"lr": "tag(log, interval(1e-5, 1e-3))", "group_size": "2,4,8"},
+            "log_params": ["lr"],
+            "fixed_overrides": ["max_steps=4"],
+            "mlflow_tracking_uri": self.tracking,
+            "mlflow_experiment": "grpo",
+            "mlflow_parent_run_id": self.parent,
+        }
+        for k, v in attrs.items():
+            self.study.set_user_attr(k, v)
+
+    def add(
+        self,
+        params: dict,
+        state: TrialState | None,
+        steps: int = 4,
+        kl: float = 0.002,
+        reward0: float = 0.3,
+        gain: float = 0.05,
+        fail: str = "",
+        prune_at: int | None = None,
+        mlflow: bool = True,
+    ) -> optuna.Trial:
+        """One trial: per-step metrics in MLflow, evals in Optuna, then its ending.
+
+        state None leaves it running (the job writes steps_run etc. when it ends).
+        """
+        self.study.enqueue_trial(params)  # how the sweeper's grid pins a point
+        trial = self.study.ask(fixed_distributions={k: SPACE[k] for k in params})
+        trial.set_user_attr("overrides", ["max_steps=4", *(f"{k}={v}" for k, v in params.items())])
+        run_id = self._run(trial, params) if mlflow else None
+        last = steps if prune_at is None else prune_at
+        metrics = []
+        for s in range(0, last + 1):
+            ev = reward0 + gain * s
+            if s in (0, 2, last):
+                metrics.append(Metric("eval/reward/mean", ev, 0, s))
+                trial.report(ev, s)
+            if s > 0:
+                k = kl * s if prune_at is None else kl * 10**s
+                metrics += [Metric("reward/mean", ev - 0.05, 0, s), Metric(KL, k, 0, s)]
+                metrics += [Metric(m, v, 0, s) for m, v in GROUPS.items()]
+        if run_id:
+            self.client.log_batch(run_id, metrics=metrics)
+        if state is None:
+            return trial
+        final_kl = [m.value for m in metrics if m.key == KL][-1]
+        trial.set_user_attr("steps_run", last)
+        trial.set_user_attr("final_kl", final_kl)
+        trial.set_user_attr("baseline_reward", reward0)
+        if state == TrialState.PRUNED:
+            reason = {"metric": KL, "value": final_kl, "step": last, "threshold": 0.01}
+            trial.set_user_attr("prune_reason", reason)
+            self.study.tell(trial, state=state)
+        elif state == TrialState.FAIL:
+            trial.set_user_attr("fail_reason", fail)
+            self.study.tell(trial, state=state)
+        else:
+            self.study.tell(trial, reward0 + gain * last)
+        if run_id:
+            status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}[state.name]
+            self.client.set_tag(run_id, "sweeper.state", state.name)
+            self.client.set_terminated(run_id, status=status)
+        return trial
+
+    def _run(self, trial: optuna.Trial, params: dict) -> str:
+        shown = " ".join(f"{k}={v}" for k, v in params.items())
+        tags = {
+            "mlflow.parentRunId": self.parent,
+            "sweeper.role": "trial",
+            "sweeper.study": self.name,
+            "sweeper.trial_number": str(trial.number),
+        }
+        run = self.client.create_run(self.exp, run_name=f"t{trial.number} {shown}", tags=tags)
+        trial.set_user_attr("mlflow_run_id", run.info.run_id)
+        return run.info.run_id
+
+
+@pytest.fixture
+def finished(tmp_path: Path) -> Sweep:
+    """5 completed trials, 1 pruned on KL, 1 failed: enough for every figure."""
+    sw = Sweep(tmp_path)
+    for i, (lr, gs) in enumerate([(1e-5, 2), (3e-5, 4), (1e-4, 8), (2e-4, 4), (5e-4, 8)]):
+        sw.add({"lr": lr, "group_size": gs}, TrialState.COMPLETE, gain=0.02 * (i + 1))
+    sw.add({"lr": 1e-3, "group_size": 8}, TrialState.PRUNED, kl=0.0005, prune_at=3)
+    sw.add({"lr": 1e-3, "group_size": 2}, TrialState.FAIL, fail="RuntimeError: CUDA out of memory")
+    return sw
+
+
+def test_load_matches_the_stores(finished: Sweep) -> None:
+    data = load_study(finished.storage)
+    assert data.name == "s1" and data.notes == []
+    frame = trials_frame(data).set_index("trial")
+    for t in finished.study.get_trials():
+        row = frame.loc[t.number]
+        assert (
+            row["state"]
+            == {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[t.state.name]
+        )
+        assert row["lr"] == t.params["lr"] and row["group_size"] == t.params["group_size"]
+        assert row["steps_run"] == t.user_attrs["steps_run"]
+        assert row["final_kl"] == pytest.approx(t.user_attrs["final_kl"])
+        if t.state == TrialState.COMPLETE:
+            assert row["objective"] == pytest.approx(t.value)
+        history = finished.client.get_metric_history(t.user_attrs["mlflow_run_id"], KL)
+        assert [p for p in data.trials[t.number].histories[KL]] == [
+            (m.step, m.value) for m in sorted(history, key=lambda m: m.step)
+        ]
+    assert frame.loc[5, "note"] == "kl_sample_train_v2=0.5 > 0.01 at step 3"
+    assert frame.loc[6, "note"] == "RuntimeError: CUDA out of memory"
+    assert data.best().number == 4
+
+
+def test_report_writes_figures_html_and_logs_to_mlflow(finished: Sweep, capsys) -> None:
+    out = finished.root / "report"
+    assert main(["report", "--storage", finished.storage, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    board = lines[lines.index(next(x for x in lines if x.startswith("trial"))) :]
+    assert board[1].startswith("t4 ") and "0.7" in board[1]  # best first
+    assert "kl_sample_train_v2=0.5 > 0.01 at step 3" in printed
+    assert "RuntimeError: CUDA out of memory" in printed
+    for name in ("reward_curves", "kl_curves", "objective_vs_params", "importance", "reward_vs_kl"):
+        png = out / f"{name}.png"
+        assert png.stat().st_size > 5000, name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "index.html").read_text()
+    assert page.count("data:image/png;base64,") == 5 and "http" not in page.replace('lang="en"', "")
+    logged = {a.path for a in finished.client.list_artifacts(finished.parent, "analysis")}
+    assert "analysis/index.html" in logged and "analysis/kl_curves.png" in logged
+
+
+def test_advice_follows_the_rules_of_thumb(tmp_path: Path) -> None:
+    sw = Sweep(tmp_path)
+    sw.add({"lr": 1e-5, "group_size": 2}, TrialState.COMPLETE, reward0=0.85, gain=0.0)
+    sw.add({"lr": 1e-3, "group_size": 8}, TrialState.COMPLETE, reward0=0.85, gain=0.02)
+    for lr in (5e-4, 7e-4, 9e-4):
+        sw.add({"lr": lr, "group_size": 4}, TrialState.PRUNED, reward0=0.85, kl=0.0005, prune_at=3)
+    titles = [a.title for a in advise(load_study(sw.storage))]
+    assert any(t.startswith("Lower the learning rate") for t in titles)
+    assert any(t.startswith("Make the task harder") for t in titles)
+    assert "Extend the range of lr upward" in titles
+    assert "Extend the range of group_size upward" in titles
+
+
+def test_only_failed_trials_gives_a_message(tmp_path: Path, capsys) -> None:
+    sw = Sweep(tmp_path)
+    for gs in (2, 4):
+        sw.add({"group_size": gs}, TrialState.FAIL, fail="ValueError: batch_size % 3 != 0")
+    assert main(["report", "--storage", sw.storage, "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "No completed trial: all 2 trials failed" in out and "ValueError" in out
+    assert "Skipped" in (tmp_path / "r" / "index.html").read_text()
+    assert main(["best", "--storage", sw.storage]) == 1
+    assert "all 2 trials failed" in capsys.readouterr().err
+
+
+def test_running_study_partial_data(tmp_path: Path, capsys) -> None:
+    sw = Sweep(tmp_path)
+    sw.add({"lr": 1e-4, "group_size": 4}, TrialState.COMPLETE)
+    sw.add({"lr": 2e-4, "group_size": 4}, None, steps=2)  # mid-run: no steps_run attr yet
+    sw.add({"lr": 5e-4, "group_size": 2}, None, mlflow=False)  # killed before its MLflow run
+    sw.study.enqueue_trial({"lr": 3e-4})  # queued, not started
+    assert main(["report", "--storage", sw.storage, "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    data = load_study(sw.storage)
+    running = data.trials[1]
+    assert running.state == "running" and running.steps_run == 2
+    assert running.final_kl == pytest.approx(0.004) and running.baseline == pytest.approx(0.3)
+    assert "1 complete, 2 running, 1 waiting" in out
+    assert "No MLflow run found for t2" in " ".join(data.notes)
+    assert (tmp_path / "r" / "kl_curves.png").stat().st_size > 5000
+
+
+def test_missing_mlflow_degrades_to_optuna_only(finished: Sweep, capsys) -> None:
+    (finished.root / "mlflow.db").unlink()
+    finished.study.set_user_attr("mlflow_tracking_uri", "http://127.0.0.1:9/")  # refused
+    out = finished.root / "r"
+    assert main(["report", "--storage", finished.storage, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "could not be read" in captured.err and "t4" in captured.out
+    assert (out / "objective_vs_params.png").exists() and not (out / "reward_curves.png").exists()
+
+
+def test_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["report", "--storage", f"sqlite:///{tmp_path}/nope.db"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "nope.db").exists()
+    sw = Sweep(tmp_path)
+    assert main(["report", "--storage", sw.storage, "--study", "typo"]) == 1
+    assert "no study 'typo'" in capsys.readouterr().err
+
+
+def test_compare_side_by_side(tmp_path: Path, capsys) -> None:
+    a = Sweep(tmp_path, "a")
+    a.add({"lr": 1e-4, "group_size": 4}, TrialState.COMPLETE)
+    b = Sweep(tmp_path, "b")
+    b.add({"lr": 3e-4, "group_size": 8}, TrialState.COMPLETE, gain=0.1)
+    assert main(["compare", "a", "b", "--storage", a.storage]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["best"] == ["0.5", "(t0)", "0.7", "(t0)"]
+    assert rows["lr"] == ["0.0001", "0.0003"] and rows["group_size"] == ["4", "8"]
+
+
+def test_pareto_front() -> None:
+    points = [(0.001, 0.5, 0), (0.002, 0.7, 1), (0.003, 0.6, 2), (0.0005, 0.2, 3)]
+    assert pareto_front(points, maximize=True) == [3, 0, 1]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHECK_IMAGES = """<script>
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  const ok = imgs.filter((i) => i.complete && i.naturalWidth > 0).length;
+  document.body.setAttribute("data-images", ok + "/" + imgs.length);
+});
+</script></body>"""
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium), as .ci/run does"
+)
+def test_html_images_load_in_headless_chromium(finished: Sweep) -> None:
+    out = finished.root / "report"
+    assert (
+        main(["report", "--storage", finished.storage, "--out", str(out), "--no-mlflow-log"]) == 0
+    )
+    page = (out / "index.html").read_text()
+    probe = out / "probe.html"  # next to the report, so relative links resolve the same
+    probe.write_text(page.replace("</body>", CHECK_IMAGES))
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={finished.root / 'chrome'}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        probe.as_uri(),
+    ]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    assert 'data-images="5/5"' in dom, dom[:500]
+
+
+def test_best_renders_the_tuned_yaml_with_the_sweepers_renderer(
+    finished: Sweep, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(finished.root)  # no tuned/ here: composed again from the overrides
+    assert main(["best", "--storage", finished.storage]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# @package _global_\n# study: s1 (storage sqlite:///")
+    assert "# best trial: t4, eval/reward/mean = 0.7 (maximize)" in text
+    body = yaml.safe_load(text)
+    assert (body["lr"], body["group_size"], body["max_steps"]) == (5e-4, 8, 4)
+
+    exported = finished.root / "tuned" / "s1.yaml"  # what the sweeper wrote: printed as is
+    exported.parent.mkdir()
+    exported.write_text(text.replace("max_steps: 4", "max_steps: 4  # exported"))
+    assert main(["best", "--storage", finished.storage, "--study", "s1"]) == 0
+    assert "# exported" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_real_sweep_end_to_end(tmp_path: Path) -> None:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    sweep = [
+        sys.executable,
+        "-m",
+        "sweeper",
+        "-m",
+        "group_size=2,4",
+        "max_steps=2",
+        "batch_size=4",
+        "eval_every=0",
+        "task.eval_size=16",
+    ]
+    subprocess.run(sweep, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "analysis", "report"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    study = optuna.load_study(
+        study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'sweeps.db'}")[0],
+        storage=f"sqlite:///{tmp_path / 'sweeps.db'}",
+    )
+    for t in study.trials:
+        assert f"t{t.number}  " in run.stdout and f"{t.value:.4g}" in run.stdout
+    out = tmp_path / "reports" / study.study_name
+    for name in ("reward_curves", "kl_curves", "objective_vs_params", "reward_vs_kl"):
+        assert (out / f"{name}.png").stat().st_size > 5000
+    best = subprocess.run(
+        [sys.executable, "-m", "analysis", "best", "--study", study.study_name],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    tuned = (tmp_path / "tuned" / f"{study.study_name}.yaml").read_text()
+    assert best.returncode == 0 and best.stdout == tuned
+    (tmp_path / "tuned" / f"{study.study_name}.yaml").unlink()  # rebuilt: the same YAML
+    again = subprocess.run(
+        [sys.executable, "-m", "analysis", "best"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0 and again.stdout == tuned, again.stderr

@@ -1,0 +1,120 @@
+"""Many workers, one study: PostgreSQL for Optuna, an MLflow server on PostgreSQL for runs.
+
+Four `python -m sweeper` processes started with the same command share the study: together
+they cover a grid exactly once and spend a TPE budget of n_trials in total.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from pg_server import postgres  # noqa: F401  (fixture)
+
+TINY = ["max_steps=1", "batch_size=2", "group_size=2", "eval_every=0", "task.eval_size=8"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(postgres, tmp_path_factory):  # noqa: F811
+    port = free_port()
+    artifacts = tmp_path_factory.mktemp("artifacts")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", postgres.database("mlflow"), "--artifacts-destination", str(artifacts),
+         "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("mlflow server did not start")
+    yield url
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def start_workers(n, cwd, storage, tracking_uri, *overrides):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    command = [
+        sys.executable,
+        "-m",
+        "sweeper",
+        "-m",
+        f"hydra.sweeper.storage={storage}",
+        *overrides,
+        *TINY,
+    ]
+    workers = []
+    for i in range(n):
+        (cwd / f"w{i}").mkdir()
+        workers.append(
+            subprocess.Popen(
+                command,
+                cwd=cwd / f"w{i}",
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [w.communicate(timeout=900)[0] for w in workers]
+    for worker, output in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, output[-3000:]
+    return outputs
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_path):  # noqa: F811
+    storage = postgres.database("optuna_grid")
+    start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-grid",
+                  "group_size=2,4", "lr=1e-3,2e-3,3e-3")  # fmt: skip
+    study = optuna.load_study(study_name="shared-grid", storage=storage)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert all("group_size" in t.params for t in complete), [(t.number, t.state, t.params, t.user_attrs) for t in study.trials]
+    points = Counter((t.params["group_size"], t.params["lr"]) for t in complete)
+    assert sorted(points) == [(g, lr) for g in (2, 4) for lr in (1e-3, 2e-3, 3e-3)]
+    assert set(points.values()) == {1}  # each combination exactly once
+
+    client = MlflowClient(mlflow_server)
+    runs = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
+    parents = [
+        r
+        for r in runs
+        if r.data.tags.get("sweeper.role") == "study"
+        and r.data.tags.get("sweeper.study") == "shared-grid"
+    ]
+    assert len(parents) == 1
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    finished = [r for r in children if r.info.status == "FINISHED"]
+    assert len(finished) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  # noqa: F811
+    storage = postgres.database("optuna_tpe")
+    start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-tpe",
+                  "hydra.sweeper.n_trials=6", "lr=tag(log, interval(1e-4, 1e-2))")  # fmt: skip
+    study = optuna.load_study(study_name="shared-tpe", storage=storage)
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 6
+    assert all(1e-4 <= t.params["lr"] <= 1e-2 for t in finished)

@@ -1,0 +1,279 @@
+"""Real sweeps through the CLI: `python -m sweeper -m ...` in a temporary directory, with a
+real SQLite Optuna storage and MLflow store, checked through optuna.load_study and
+MlflowClient. Each run is a few steps on tiny batches of the embedded model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeper.records import best_trial
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["batch_size=4", "max_steps=3", "eval_every=2", "task.eval_size=16"]
+# lr=0.5 with two minibatches a step: the second minibatch is far off-policy, so the
+# sampler-vs-learner KL jumps past 0.01 at the first step with a learning signal (step 1 or
+# 2); lr=1e-3 stays ~1e-4, far under it.
+GRID = ["lr=1e-3,0.5", "group_size=2,4", "num_substeps=2", *SMALL]
+
+
+def sweep(cwd: Path, *args: str, timeout: int = 300, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", *args],
+        cwd=cwd,
+        env=_env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
+
+
+def _env(cwd: Path) -> dict[str, str]:
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
+
+
+def only_study(cwd: Path) -> optuna.Study:
+    storage = f"sqlite:///{cwd}/sweeps.db"
+    (name,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def mlflow_runs(cwd: Path) -> dict[str, object]:
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    experiment = client.get_experiment_by_name("grpo")
+    return {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+
+
+def outcome(study: optuna.Study) -> dict[tuple, str]:
+    return {tuple(sorted(t.params.items())): t.state.name for t in study.trials}
+
+
+@pytest.fixture(scope="session")
+def grid_dir(tmp_path_factory) -> Path:
+    cwd = tmp_path_factory.mktemp("grid")
+    started = time.perf_counter()
+    result = sweep(cwd, *GRID)
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"grid sweep of 4 trials: {time.perf_counter() - started:.1f} s")
+    return cwd
+
+
+def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):
+    study = only_study(grid_dir)
+    assert outcome(study) == {
+        (("group_size", 2), ("lr", 0.001)): "COMPLETE",
+        (("group_size", 4), ("lr", 0.001)): "COMPLETE",
+        (("group_size", 2), ("lr", 0.5)): "PRUNED",
+        (("group_size", 4), ("lr", 0.5)): "PRUNED",
+    }
+    for t in study.trials:
+        assert t.user_attrs["overrides"][-2:] == [
+            f"lr={t.params['lr']}",
+            f"group_size={t.params['group_size']}",
+        ]
+        assert t.user_attrs["baseline_reward"] == t.intermediate_values[0]
+        if t.state == optuna.trial.TrialState.PRUNED:
+            reason = t.user_attrs["prune_reason"]
+            assert reason["metric"] == "kl_sample_train_v2" and reason["threshold"] == 0.01
+            assert reason["value"] > 0.01 and reason["step"] == t.user_attrs["steps_run"] <= 2
+        else:
+            assert t.user_attrs["steps_run"] == 3 and t.user_attrs["final_kl"] < 0.01
+            assert sorted(t.intermediate_values) == [0, 2, 3]  # baseline and eval steps
+            assert t.value == t.intermediate_values[3]
+    attrs = study.user_attrs
+    assert attrs["search_space"] == {"lr": "1e-3,0.5", "group_size": "2,4"}
+    assert attrs["sampler"] == "grid" and attrs["objective"] == "eval/reward/mean"
+
+
+def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
+    study = only_study(grid_dir)
+    runs = mlflow_runs(grid_dir)
+    parent = runs.pop(study.study_name)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["sweeper.role"] == "study"
+    assert parent.data.params["search_space.lr"] == "1e-3,0.5"
+    assert parent.data.metrics["best_value"] == best_trial(study).value
+    assert len(runs) == 4
+    client = MlflowClient(f"sqlite:///{grid_dir}/mlflow.db")
+    for t in study.trials:
+        name = f"t{t.number} lr={t.params['lr']} group_size={t.params['group_size']}"
+        run = runs[name]
+        tags = run.data.tags
+        assert run.info.run_id == t.user_attrs["mlflow_run_id"]
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["sweeper.trial_number"] == str(t.number)
+        assert tags["sweeper.state"] == t.state.name
+        assert run.data.params["lr"] == str(t.params["lr"])
+        assert run.data.params["loss.name"] == "importance_sampling"  # every resolved key
+        assert "trial.id" not in run.data.params
+        history = client.get_metric_history(run.info.run_id, "reward/mean")
+        assert [m.step for m in history] == list(range(1, t.user_attrs["steps_run"] + 1))
+        if t.state.name == "PRUNED":
+            assert run.info.status == "KILLED"
+            assert tags["sweeper.prune_reason"].startswith("kl_sample_train_v2=")
+        else:
+            assert run.info.status == "FINISHED"
+            evals = client.get_metric_history(run.info.run_id, "eval/reward/mean")
+            assert [m.step for m in evals] == [0, 2, 3]
+        artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]
+        assert "config.yaml" in artifacts
+
+
+def test_rerunning_a_finished_grid_adds_no_trial(grid_dir):
+    before = len(only_study(grid_dir).trials)
+    result = sweep(grid_dir, *GRID)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(only_study(grid_dir).trials) == before
+    assert "4/4 done (2 pruned, 0 failed)" in result.stderr
+
+
+def test_tuned_config_is_the_best_trial_and_trains(grid_dir):
+    study = only_study(grid_dir)
+    best = best_trial(study)
+    text = (grid_dir / "tuned" / f"{study.study_name}.yaml").read_text()
+    assert text.startswith("# @package _global_")
+    assert f"trial: t{best.number}" in text and best.user_attrs["mlflow_run_id"] in text
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", f"+tuned={study.study_name}", "max_steps=1"],
+        cwd=grid_dir,
+        env=_env(grid_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rollouts = 4 * best.params["group_size"]  # batch_size=4 came from the tuned file
+    assert f"lr=0.001, {rollouts} rollouts a step" in result.stdout + result.stderr
+
+
+def test_joblib_launcher_gives_the_same_result(grid_dir, tmp_path):
+    result = sweep(
+        tmp_path,
+        *GRID,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweeper.n_jobs=2",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    basic, joblib = only_study(grid_dir), only_study(tmp_path)
+    assert basic.study_name == joblib.study_name  # the launcher is not part of the study
+    assert outcome(joblib) == outcome(basic)
+    values = {
+        tuple(sorted(t.params.items())): t.value for t in basic.trials if t.state.name == "COMPLETE"
+    }
+    for t in joblib.trials:
+        if t.state.name == "COMPLETE":
+            assert t.value == pytest.approx(values[tuple(sorted(t.params.items()))], abs=0.13)
+    assert len(mlflow_runs(tmp_path)) == 5
+
+
+def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
+    # cuda:99 passes validation but cannot load the model, on CPU and GPU machines alike.
+    result = sweep(tmp_path, "model.device=cpu,cuda:99", "group_size=2", *SMALL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = only_study(tmp_path)
+    by_device = {t.params["model.device"]: t for t in study.trials}
+    assert by_device["cpu"].state.name == "COMPLETE"
+    failed = by_device["cuda:99"]
+    assert failed.state.name == "FAIL" and "\n" not in failed.user_attrs["fail_reason"]
+    run = mlflow_runs(tmp_path)[f"t{failed.number} model.device=cuda:99"]
+    assert run.info.status == "FAILED"
+    assert run.data.tags["sweeper.fail_reason"] == failed.user_attrs["fail_reason"]
+
+    stopped = sweep(
+        tmp_path, "model.device=cuda:98,cuda:99", "hydra.sweeper.max_failure_rate=0", *SMALL
+    )
+    assert stopped.returncode == 1
+    assert "max_failure_rate=0" in stopped.stderr.strip().splitlines()[-1]
+    names = optuna.get_all_study_names(f"sqlite:///{tmp_path}/sweeps.db")
+    (second,) = [n for n in names if n != study.study_name]
+    trials = optuna.load_study(study_name=second, storage=f"sqlite:///{tmp_path}/sweeps.db").trials
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # stopped after the first
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["temperature=0.7,0"], "error: temperature=0.0: must be in (0, 10)"),
+        (["lr_typo=1e-3,1e-2"], "error: Could not override 'lr_typo'"),
+    ],
+)
+def test_bad_points_fail_before_anything_is_created(tmp_path, args, expected):
+    result = sweep(tmp_path, *args, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(expected)
+    assert not (tmp_path / "sweeps.db").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def _wait_for_training(cwd: Path, count: int, timeout: float = 120) -> None:
+    """Until `count` trials have started and one is RUNNING past its baseline eval (the
+    step-0 report), so a signal now lands in the middle of its training."""
+    deadline = time.monotonic() + timeout
+    query = (
+        "select t.state, count(v.step) from trials t left join trial_intermediate_values v "
+        "on v.trial_id = t.trial_id group by t.trial_id"
+    )
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(cwd / "sweeps.db") as con:
+                rows = list(con.execute(query))
+            if len(rows) >= count and ("RUNNING", 1) in rows:
+                return
+        except sqlite3.Error:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("no trial started training")
+
+
+def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
+    args = ["group_size=2,4", "batch_size=4", "max_steps=40", "eval_every=0", "task.eval_size=16"]
+    args += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+    command = [sys.executable, "-m", "sweeper", "-m", *args]
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+        )
+
+    first = start()
+    _wait_for_training(tmp_path, 1)
+    first.send_signal(signal.SIGINT)
+    _, stderr = first.communicate(timeout=60)
+    assert first.returncode != 0
+    assert "resume with the same command" in stderr.strip().splitlines()[-1]
+
+    second = start()
+    _wait_for_training(tmp_path, 2)
+    second.kill()
+    second.wait(timeout=60)
+
+    third = sweep(tmp_path, *args)
+    assert third.returncode == 0, third.stderr[-3000:]
+    study = only_study(tmp_path)
+    runs = {r.info.run_id: r for r in mlflow_runs(tmp_path).values()}
+    interrupted, completed = study.trials[:2], study.trials[2:]
+    assert [t.state.name for t in interrupted] == ["FAIL", "FAIL"]
+    assert interrupted[0].user_attrs["fail_reason"].startswith("interrupted (Ctrl-C)")
+    assert interrupted[1].user_attrs["fail_reason"].startswith("interrupted: its sweeper stopped")
+    assert runs[interrupted[0].user_attrs["mlflow_run_id"]].info.status == "KILLED"
+    assert runs[interrupted[1].user_attrs["mlflow_run_id"]].info.status == "FAILED"
+    # every grid point completed exactly once; the interrupted points ran again
+    assert sorted(t.params["group_size"] for t in completed) == [2, 4]
+    assert all(t.state.name == "COMPLETE" for t in completed)

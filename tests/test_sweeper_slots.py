@@ -1,0 +1,84 @@
+"""The plan as queued trials, on a real SQLite storage shared by several "workers"."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweeper import slots
+from sweeper.samplers import choose_sampler
+from sweeper.space import parse_space
+from sweeper.storage import fail_stale_trials, open_storage
+
+
+@pytest.fixture
+def url(tmp_path):
+    return f"sqlite:///{tmp_path}/sweeps.db"
+
+
+def _study(url, plan, name="s"):
+    return optuna.create_study(
+        storage=open_storage(url), study_name=name, sampler=plan.sampler, load_if_exists=True
+    )
+
+
+def test_workers_taking_at_once_cover_a_grid_exactly_once(url):
+    space = parse_space({}, ["group_size=2,4,8", "lr=1e-3,2e-3", "loss=ppo,dapo"])
+    plan = choose_sampler("auto", space, 100, None)
+    assert slots.fill(_study(url, plan), space, plan) == 12
+    assert slots.fill(_study(url, plan), space, plan) == 0  # a resume queues nothing more
+    taken: list[dict] = []
+
+    def worker() -> None:
+        study = _study(url, plan)  # its own storage connection, like another process
+        while (trial := slots.take(study, url, space.distributions)) is not None:
+            taken.append(trial.params)
+            study.tell(trial, 1.0)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(taken) == 12
+    assert set(Counter(tuple(sorted(p.items())) for p in taken).values()) == {1}
+    assert len(_study(url, plan).trials) == 12
+
+
+def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
+    space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
+    plan = choose_sampler("auto", space, 3, seed=0)
+    study = _study(url, plan)
+    assert slots.fill(study, space, plan) == 3
+    while (trial := slots.take(study, url, space.distributions)) is not None:
+        assert 1e-4 <= trial.params["lr"] <= 1e-2
+        study.tell(trial, trial.params["lr"])
+    assert slots.Counts.of(study).complete == 3
+    more = choose_sampler("auto", space, 5, seed=0)
+    assert slots.fill(study, space, more) == 2
+
+
+def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
+    space = parse_space({}, ["group_size=2,4"])
+    plan = choose_sampler("auto", space, 10, None)
+    storage = open_storage(url, heartbeat_interval=1, grace_period=1)
+    study = optuna.create_study(storage=storage, study_name="s", sampler=plan.sampler)
+    slots.fill(study, space, plan)
+    trial = slots.take(study, url, space.distributions)
+    storage.record_heartbeat(trial._trial_id)  # ...then its sweeper dies
+    time.sleep(2.5)
+    (stale,) = fail_stale_trials(study, "interrupted: test")
+    assert fail_stale_trials(study, "interrupted: test") == []  # only one worker wins it
+    assert stale.state == TrialState.FAIL and stale.user_attrs["fail_reason"] == "interrupted: test"
+    slots.give_back(study, stale)
+    counts = slots.Counts.of(study)
+    assert (counts.failed, counts.waiting) == (0, 2)  # the interrupted trial counts for nothing
+    rest = [slots.take(study, url, space.distributions) for _ in range(2)]
+    assert sorted(t.params["group_size"] for t in rest) == [2, 4]
+    (retry,) = [t for t in rest if "retry_of" in t.user_attrs]
+    assert retry.user_attrs["retry_of"] == stale.number and retry.params == stale.params

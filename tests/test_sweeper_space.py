@@ -1,0 +1,154 @@
+"""Pure unit tests of the sweeper's parts: search-space parsing, sampler choice, the KL
+prune rule, study names, preflight points and storage URL checks."""
+
+from __future__ import annotations
+
+import pickle
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper.errors import SweepError
+from sweeper.preflight import MAX_COMBINATIONS, points
+from sweeper.pruning import KLPruneRule, PruneReason, TrialPruned
+from sweeper.samplers import choose_sampler
+from sweeper.space import parse_space
+from sweeper.storage import open_storage, resolve_url
+from sweeper.sweep import default_study_name
+
+
+def test_choices_ranges_and_intervals_become_distributions():
+    space = parse_space(
+        {},
+        [
+            "group_size=4,8",
+            "loss=choice(ppo,dapo)",
+            "num_substeps=range(1,5)",
+            "temperature=interval(0.7,1.0)",
+            "lora_rank=int(interval(4,16))",
+            "lr=tag(log, interval(1e-4, 1e-2))",
+            "max_steps=5",
+        ],
+    )
+    p = space.params
+    assert p["group_size"].distribution == CategoricalDistribution([4, 8])
+    assert p["loss"].values == ("ppo", "dapo")
+    assert p["num_substeps"].values == (1, 2, 3, 4)
+    assert p["num_substeps"].distribution == IntDistribution(1, 4)
+    assert p["temperature"].distribution == FloatDistribution(0.7, 1.0)
+    assert p["lora_rank"].distribution == IntDistribution(4, 16)
+    assert p["lr"].distribution == FloatDistribution(1e-4, 1e-2, log=True)
+    assert p["lr"].endpoints == (1e-4, 1e-2)
+    assert space.specs["lr"] == "tag(log, interval(1e-4, 1e-2))"  # as typed, for the records
+    assert space.log_params == ["lr"]
+    assert space.fixed == ["max_steps=5"]
+    assert not space.is_discrete
+
+
+def test_preset_params_merge_and_the_command_line_wins():
+    preset = {"lr": "tag(log, interval(1e-3, 1e-2))", "group_size": "4,8,16"}
+    space = parse_space(preset, ["group_size=2,4", "+tuned=abc"])
+    assert space.params["group_size"].values == (2, 4)
+    assert "lr" in space.params
+    assert space.fixed == ["+tuned=abc"]
+
+
+def test_trial_overrides_round_trip_values():
+    space = parse_space({}, ["lr=1e-5,2e-5", "loss=ppo,dapo", "+foo=1,2", "max_steps=3"])
+    overrides = space.overrides({"lr": 2e-05, "loss": "ppo", "foo": 1})
+    assert overrides == ["max_steps=3", "lr=2e-05", "loss=ppo", "+foo=1"]
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("lr=interval(1e-2,1e-4)", "low < high"),
+        ("lr=interval(0.1,0.1)", "low < high"),
+        ("lr=tag(log, interval(0, 1e-2))", "above 0"),
+        ("group_size=range(8,2)", "empty"),
+        ("lr=interval(1e-4", "malformed"),
+    ],
+)
+def test_bad_search_spaces_fail_with_one_line(argument, message):
+    with pytest.raises(SweepError, match=message) as info:
+        parse_space({}, [argument])
+    assert "\n" not in str(info.value)
+
+
+def test_auto_sampler_is_a_grid_for_choices_and_tpe_for_ranges():
+    grid = choose_sampler("auto", parse_space({}, ["a=1,2", "b=range(0,3)"]), 50, None)
+    assert grid.is_grid and grid.planned == 6
+    tpe = choose_sampler("auto", parse_space({}, ["a=1,2", "b=interval(0,1)"]), 7, None)
+    assert tpe.name == "tpe" and tpe.planned == 7
+    assert isinstance(tpe.sampler, optuna.samplers.TPESampler)
+    with pytest.raises(SweepError, match="continuous range"):
+        choose_sampler("grid", parse_space({}, ["b=interval(0,1)"]), 5, None)
+    with pytest.raises(SweepError, match="must be one of"):
+        choose_sampler("bayes", parse_space({}, ["a=1,2"]), 5, None)
+
+
+def test_kl_rule_prunes_over_threshold_after_warmup_and_patience():
+    rule = KLPruneRule("kl_sample_train_v2", threshold=0.01, patience=2, warmup_steps=1)
+    kl = "kl_sample_train_v2"
+    assert rule.check(0, {"eval/reward/mean": 0.4}) is None  # baseline step: no KL yet
+    assert rule.check(1, {kl: 5.0}) is None  # warm-up
+    assert rule.check(2, {kl: 0.02}) is None  # first step over: patience 2
+    assert rule.check(3, {kl: 0.001}) is None  # back under: the streak resets
+    assert rule.check(4, {kl: 0.02}) is None
+    assert rule.check(5, {kl: float("nan")}) is None  # NaN is the trainer's to fail
+    reason = rule.check(6, {kl: 0.03})
+    assert reason == PruneReason(kl, 0.03, 6, 0.01)
+    assert str(reason) == "kl_sample_train_v2=0.03 > 0.01 at step 6"
+
+
+def test_kl_rule_ignores_other_metrics_and_rejects_bad_settings():
+    rule = KLPruneRule("kl_policy_ref", threshold=0.1)
+    assert rule.check(3, {"kl_sample_train_v2": 9.0}) is None  # not the metric it watches
+    assert rule.check(3, {"kl_policy_ref": 0.2}).value == 0.2
+    with pytest.raises(ValueError, match="kl_metric"):
+        KLPruneRule("kl", 0.01)
+    with pytest.raises(ValueError, match="kl_threshold"):
+        KLPruneRule("kl_sample_train_v1", 0.0)
+
+
+def test_prune_exception_survives_pickling_for_process_launchers():
+    error = pickle.loads(pickle.dumps(TrialPruned(PruneReason("kl_sample_train_v2", 0.5, 2, 0.01))))
+    assert isinstance(error, optuna.TrialPruned)
+    assert error.reason.step == 2
+
+
+def test_default_study_name_is_stable_and_order_free():
+    s = GRPOSweeperConf()
+    a = parse_space({}, ["group_size=4,8", "lr=1e-5,2e-5", "max_steps=3"])
+    b = parse_space({}, ["max_steps=3", "lr=1e-5,2e-5", "group_size=4,8"])
+    plan = choose_sampler("auto", a, 10, None)
+    assert default_study_name(a, plan, s) == default_study_name(b, plan, s)
+    c = parse_space({}, ["group_size=4,8", "lr=1e-5,2e-5", "max_steps=4"])
+    assert default_study_name(a, plan, s) != default_study_name(c, plan, s)
+    assert default_study_name(a, plan, s).startswith("grpo-")
+
+
+def test_preflight_points_cover_grid_and_range_endpoints():
+    space = parse_space({}, ["group_size=2,4", "lr=interval(1e-3,1e-2)"])
+    assert list(points(space)) == [
+        {"group_size": 2, "lr": 1e-3},
+        {"group_size": 2, "lr": 1e-2},
+        {"group_size": 4, "lr": 1e-3},
+        {"group_size": 4, "lr": 1e-2},
+    ]
+    big = parse_space({}, ["a=range(0,20)", "b=range(0,20)"])  # 400 > MAX_COMBINATIONS
+    checked = list(points(big))
+    assert len(checked) == 40 < MAX_COMBINATIONS
+    assert {p["a"] for p in checked} == set(range(20))
+
+
+def test_storage_urls_are_checked(tmp_path):
+    assert resolve_url("sqlite:///sweeps.db").endswith("/sweeps.db")
+    assert resolve_url("sqlite:///sweeps.db").startswith("sqlite:////")
+    with pytest.raises(SweepError, match="not a database URL"):
+        resolve_url("sweeps.db")
+    with pytest.raises(SweepError, match="cannot open"):
+        open_storage(f"sqlite:///{tmp_path}/missing/dir/x.db")
+    assert not (tmp_path / "missing").exists()
