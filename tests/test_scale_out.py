@@ -17,7 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
-TINY = ["max_steps=1", "batch_size=2", "group_size=2", "eval_every=0", "task.eval_size=8"]
+TINY = ["max_steps=1", "batch_size=2", "eval_every=0", "task.eval_size=8"]
 
 
 def free_port() -> int:
@@ -89,7 +89,9 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
                   "group_size=2,4", "lr=1e-3,2e-3,3e-3")  # fmt: skip
     study = optuna.load_study(study_name="shared-grid", storage=storage)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert all("group_size" in t.params for t in complete), [(t.number, t.state, t.params, t.user_attrs) for t in study.trials]
+    assert all("group_size" in t.params for t in complete), [
+        (t.number, t.state, t.params, t.user_attrs) for t in study.trials
+    ]
     points = Counter((t.params["group_size"], t.params["lr"]) for t in complete)
     assert sorted(points) == [(g, lr) for g in (2, 4) for lr in (1e-3, 2e-3, 3e-3)]
     assert set(points.values()) == {1}  # each combination exactly once
@@ -113,7 +115,7 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
 def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  # noqa: F811
     storage = postgres.database("optuna_tpe")
     start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-tpe",
-                  "hydra.sweeper.n_trials=6", "lr=tag(log, interval(1e-4, 1e-2))")  # fmt: skip
+                  "hydra.sweeper.n_trials=6", "group_size=2", "lr=tag(log, interval(1e-4, 1e-2))")  # fmt: skip
     study = optuna.load_study(study_name="shared-tpe", storage=storage)
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 6
