@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 from analysis.advice import advise
-from analysis.load import DEFAULT_STORAGE, AnalysisError, StudyData, load_study
+from analysis.load import (
+    DEFAULT_STORAGE,
+    AnalysisError,
+    StudyData,
+    load_study,
+    mlflow_client,
+    quick_mlflow,
+)
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
 
 
@@ -81,9 +88,8 @@ def log_report(data: StudyData, out: Path) -> None:
         print("note: no MLflow parent run recorded; the report was not logged", file=sys.stderr)
         return
     try:
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient(uri).log_artifacts(run_id, str(out), "analysis")
+        with quick_mlflow():
+            mlflow_client(uri).log_artifacts(run_id, str(out), "analysis")
     except Exception as e:  # an unreachable server must not lose the report written on disk
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"note: could not log the report to MLflow run {run_id}: {first}", file=sys.stderr)

@@ -9,8 +9,10 @@ unreachable is a note, not an error: the Optuna side alone still makes a leaderb
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,14 +226,14 @@ def attach_histories(data: StudyData) -> None:
         data.notes.append("No MLflow tracking URI recorded for this study: curves are skipped.")
         return
     try:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(uri)
-        run_ids = _child_runs(client, data)
-        for t in data.trials:
-            t.run_id = t.run_id or run_ids.get(t.number)
-            if t.run_id:
-                t.histories = {m: _history(client, t.run_id, m) for m in history_metrics(data)}
+        with quick_mlflow():
+            client = mlflow_client(uri)
+            run_ids = _child_runs(client, data)
+            for t in data.trials:
+                t.run_id = t.run_id or run_ids.get(t.number)
+                if t.run_id:
+                    metrics = history_metrics(data)
+                    t.histories = {m: _history(client, t.run_id, m) for m in metrics}
     except Exception as e:  # an unreachable server, a missing file, a deleted run
         data.notes.append(f"MLflow at {uri} could not be read ({_first_line(e)}): curves skipped.")
         return
@@ -239,6 +241,34 @@ def attach_histories(data: StudyData) -> None:
     if missing:
         shown = ", ".join(f"t{n}" for n in missing)
         data.notes.append(f"No MLflow run found for {shown}: their curves are missing.")
+
+
+@contextlib.contextmanager
+def quick_mlflow() -> Iterator[None]:
+    """MLflow HTTP calls fail in seconds inside this block, not after minutes of retries.
+
+    MLflow retries an unreachable server 7 times with backoff; a report with MLflow down
+    should just say so. The user's own MLFLOW_HTTP_* settings win; the old environment is
+    restored afterwards.
+    """
+    saved = dict(os.environ)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    try:
+        yield
+    finally:
+        for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+            if key not in saved:
+                os.environ.pop(key, None)
+
+
+def mlflow_client(uri: str) -> Any:
+    """A client for the recorded store; a missing SQLite file is an error, never created."""
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise FileNotFoundError(f"{uri[len('sqlite:///') :]} does not exist")
+    return MlflowClient(uri)
 
 
 def _child_runs(client: Any, data: StudyData) -> dict[int, str]:

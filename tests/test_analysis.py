@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -228,13 +229,20 @@ def test_running_study_partial_data(tmp_path: Path, capsys) -> None:
 
 
 def test_missing_mlflow_degrades_to_optuna_only(finished: Sweep, capsys) -> None:
-    (finished.root / "mlflow.db").unlink()
-    finished.study.set_user_attr("mlflow_tracking_uri", "http://127.0.0.1:9/")  # refused
+    (finished.root / "mlflow.db").unlink()  # the store is gone: said once, never re-created
     out = finished.root / "r"
     assert main(["report", "--storage", finished.storage, "--out", str(out)]) == 0
     captured = capsys.readouterr()
     assert "could not be read" in captured.err and "t4" in captured.out
+    assert "could not log the report" in captured.err
     assert (out / "objective_vs_params.png").exists() and not (out / "reward_curves.png").exists()
+    assert not (finished.root / "mlflow.db").exists()
+
+    finished.study.set_user_attr("mlflow_tracking_uri", "http://127.0.0.1:9/")  # refused
+    started = time.monotonic()
+    assert main(["report", "--storage", finished.storage, "--out", str(out)]) == 0
+    assert "could not be read" in capsys.readouterr().err
+    assert time.monotonic() - started < 60  # not MLflow's minutes of retries
 
 
 def test_errors_are_one_line(tmp_path: Path, capsys) -> None:
