@@ -120,3 +120,23 @@ def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 6
     assert all(1e-4 <= t.params["lr"] <= 1e-2 for t in finished)
+
+
+@pytest.mark.slow
+def test_submitit_launcher_runs_trials_as_separate_jobs(tmp_path):
+    # submitit_local pickles each trial into its own process, exactly as submitit_slurm
+    # submits it to a cluster; the trial reaches its study through the storage URL.
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    command = [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=submitit_local",
+               "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=submitit",
+               "group_size=2,4", "lr=2e-3", *TINY]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    study = optuna.load_study(study_name="submitit", storage=f"sqlite:///{tmp_path}/sweeps.db")
+    assert sorted(t.params["group_size"] for t in study.trials if t.state.name == "COMPLETE") == [
+        2,
+        4,
+    ]
+    assert list(tmp_path.glob("multirun/**/.submitit"))  # the jobs really went through submitit
