@@ -102,8 +102,12 @@ def parse_space(preset: Mapping[str, str], arguments: Iterable[str]) -> SearchSp
     by_name: dict[str, str] = {}
     for key, spec in preset.items():
         by_name[_strip_prefix(str(key))] = f"{key}={spec}"
+    given: dict[str, str] = {}
     for argument in arguments:
-        by_name[_strip_prefix(argument.split("=", 1)[0])] = argument
+        name = _strip_prefix(argument.split("=", 1)[0])
+        if name in given:  # Hydra would let the last one win: a grid silently shrinks
+            raise SweepError(f"{name} is given twice ({given[name]} and {argument}); keep one")
+        given[name] = by_name[name] = argument
     parser = OverridesParser.create()
     space = SearchSpace()
     for text in by_name.values():

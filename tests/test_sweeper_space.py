@@ -55,6 +55,11 @@ def test_preset_params_merge_and_the_command_line_wins():
     assert space.fixed == ["+tuned=abc"]
 
 
+def test_a_key_given_twice_on_the_command_line_is_an_error():
+    with pytest.raises(SweepError, match="group_size is given twice"):
+        parse_space({}, ["group_size=2,4", "lr=1e-3", "group_size=2"])
+
+
 def test_trial_overrides_round_trip_values():
     space = parse_space({}, ["lr=1e-5,2e-5", "loss=ppo,dapo", "+foo=1,2", "max_steps=3"])
     overrides = space.overrides({"lr": 2e-05, "loss": "ppo", "foo": 1})
