@@ -35,6 +35,8 @@ from sweeper.space import SearchSpace, format_value, parse_space, show
 from sweeper.storage import Heartbeat, fail_stale_trials, open_storage, resolve_url
 from sweeper.study import StudySpec, open_study
 from sweeper.tuned import tuned_path, write_tuned
+from trainer.tracking import check_tracking_uri
+from trainer.validation import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,16 @@ class SweepRunner:
         self.name = self.s.study_name or default_study_name(self.space, self.plan, self.s)
         checked = check_points(self.config_loader, self.config, self.space)
         log.info("Checked %d configurations of the search space", checked)
+        if self.plan.is_grid and self.plan.planned > self.s.max_grid_size:
+            raise SweepError(
+                f"hydra.sweeper.max_grid_size={self.s.max_grid_size}: the grid has "
+                f"{self.plan.planned} points; to run them all, confirm with "
+                f"hydra.sweeper.max_grid_size={self.plan.planned}"
+            )
+        try:
+            check_tracking_uri()
+        except ConfigError as e:
+            raise SweepError(str(e)) from None
         self.storage = open_storage(self.url, self.s.heartbeat_interval, self.s.grace_period)
         spec = StudySpec(self.name, self.space, self.plan, rule, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(self.storage, spec)

@@ -7,6 +7,7 @@ The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:/
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -47,8 +48,14 @@ def check_tracking_uri(uri: str | None = None) -> str:
     A server is probed with a 5 s timeout instead of MLflow's own retries (minutes).
     """
     uri = uri or mlflow.get_tracking_uri()
+    scheme = urlparse(uri).scheme
+    if scheme == "sqlite":  # a local file: check where it goes, without creating it yet
+        folder = Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent
+        if not (folder.is_dir() and os.access(folder, os.W_OK)):
+            raise ConfigError(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
+        return uri
     try:
-        if urlparse(uri).scheme in ("http", "https"):
+        if scheme in ("http", "https"):
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
         else:
             MlflowClient(uri).search_experiments(max_results=1)

@@ -28,6 +28,9 @@ class GRPOSweeperConf:
     # The sweep stops once failed trials exceed this fraction of the planned trials
     # (n_trials, or the grid size). Pruned trials are not failures.
     max_failure_rate: float = 0.5
+    # A grid with more points than this stops before it starts: a typo such as lr=range(1,1000)
+    # should not queue a thousand trials. Raising it is the confirmation.
+    max_grid_size: int = 100
 
     # --- where the study lives ---
     storage: str = "sqlite:///sweeps.db"  # Optuna RDB URL; PostgreSQL to share across hosts

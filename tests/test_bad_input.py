@@ -1,0 +1,54 @@
+"""The bad-input table of the README: each row's command fails before any trial starts, with
+the message shown there, and leaves no study and no MLflow store behind."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# (extra environment, sweep arguments, the line the user reads)
+ROWS = [
+    ({}, ["temperature=0.7,0"], "error: temperature=0.0: must be in (0, 10); 0.6-1.0 is typical (at temperature=0)"),
+    ({}, ["lr=0"], "error: lr=0: must be > 0"),
+    ({}, ["num_substeps=3"], "error: num_substeps=3: batch_size=32 must be divisible by num_substeps"),
+    ({}, ["group_size=1,2"], "error: group_size=1: must be >= 2"),
+    ({}, ["kl_penalty_coef=-0.1"], "error: kl_penalty_coef=-0.1: must be >= 0"),
+    ({}, ["loss=reinforce"], "In 'config': Could not find 'loss/reinforce'"),
+    ({}, ["lr_typo=1e-3,1e-2"], "error: Could not override 'lr_typo'."),
+    ({}, ["group_size=2,4", "group_size=2"], "error: group_size is given twice (group_size=2,4 and group_size=2); keep one"),
+    ({}, ["lr=interval(1e-3)"], "Error parsing override 'lr=interval(1e-3)'"),
+    ({}, ["lr=interval(1e-2,1e-3)"], "error: lr=interval(1e-2,1e-3): interval bounds must satisfy low < high"),
+    ({}, ["lr=tag(log, interval(0, 1e-3))"], "error: lr=tag(log, interval(0, 1e-3)): a log interval must stay above 0"),
+    ({}, ["lr=1e-3,2e-3,3e-3", "hydra.sweeper.max_grid_size=2"], "error: hydra.sweeper.max_grid_size=2: the grid has 3 points"),
+    ({}, ["hydra.sweeper.storage=foo"], "error: hydra.sweeper.storage='foo': not a database URL"),
+    ({}, ["hydra.sweeper.storage=postgresql+psycopg2://nobody@127.0.0.1:9/optuna"], "error: hydra.sweeper.storage='postgresql+psycopg2://nobody@127.0.0.1:9/optuna': cannot open it"),
+    ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, [], "error: MLFLOW_TRACKING_URI='http://127.0.0.1:9': cannot use this tracking store"),
+    ({}, ["model.path=/no/such/model"], "error: model.path='/no/such/model': must be a Hugging Face model directory that exists"),
+    ({}, ["task=jsonl", "task.path=/no/such.jsonl"], "error: task.path='/no/such.jsonl': no such file"),
+    ({}, ["task=jsonl", "task.path=BAD_JSONL"], "error: task.path='BAD_JSONL': line 2 is not JSON"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "message"), ROWS, ids=[" ".join(r[1]) or str(r[0]) for r in ROWS]
+)
+def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n{broken\n")
+    args = [a.replace("BAD_JSONL", str(bad_jsonl)) for a in args]
+    message = message.replace("BAD_JSONL", str(bad_jsonl))
+    environment = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **env}
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", *args],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    # Our errors are one line, the last; Hydra's own (a missing config option, a malformed
+    # override) begin with theirs.
+    shown = lines[-1] if message.startswith("error:") else lines[0]
+    assert shown.startswith(message), done.stderr[-2000:]
+    assert not (tmp_path / "sweeps.db").exists() and not (tmp_path / "mlflow.db").exists()
+    assert not (tmp_path / "tuned").exists()
