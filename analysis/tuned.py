@@ -9,7 +9,6 @@ renderer.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
@@ -42,7 +41,7 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
 
     import sweeper
     import trainer  # noqa: F401  (registers the config schemas before composing)
-    from sweeper.tuned import write_tuned
+    from sweeper.tuned import render_tuned, tuned_notes
 
     conf = Path(sweeper.__file__).resolve().parents[1] / "conf"
     GlobalHydra.instance().clear()
@@ -54,14 +53,5 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     finally:
         GlobalHydra.instance().clear()
     trial = data.study.trials[number]
-    # The same notes the sweeper writes (sweeper/sweep.py, SweepRunner._update_tuned).
-    notes = {
-        "study": f"{data.name} (storage {data.storage})",
-        "best trial": f"t{number}, {data.objective} = {trial.value:.4g} ({data.direction})",
-        "MLflow run": trial.user_attrs.get("mlflow_run_id", "-"),
-        "reuse": f"python -m trainer +tuned={data.name}",
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{data.name}.yaml"
-        write_tuned(path, cfg, overrides, notes)
-        return path.read_text()
+    notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction)
+    return render_tuned(cfg, overrides, notes)

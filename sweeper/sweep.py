@@ -34,7 +34,7 @@ from sweeper.samplers import SamplerChoice, choose_sampler
 from sweeper.space import SearchSpace, format_value, parse_space, show
 from sweeper.storage import Heartbeat, fail_stale_trials, open_storage, resolve_url
 from sweeper.study import StudySpec, open_study
-from sweeper.tuned import tuned_path, write_tuned
+from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.tracking import check_tracking_uri
 from trainer.validation import ConfigError
 
@@ -243,13 +243,7 @@ class SweepRunner:
             return
         overrides = best.user_attrs["overrides"]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        objective = f"{self.s.objective} = {best.value:.4g} ({self.s.direction})"
-        notes = {
-            "study": f"{self.name} (storage {self.url})",
-            "best trial": f"t{best.number}, {objective}",
-            "MLflow run": best.user_attrs.get("mlflow_run_id", "-"),
-            "reuse": f"python -m trainer +tuned={self.name}",
-        }
+        notes = tuned_notes(self.name, self.url, best, self.s.objective, self.s.direction)
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number

@@ -17,6 +17,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
+from optuna.trial import FrozenTrial
 
 from trainer.tracking import BOOKKEEPING_KEYS
 
@@ -28,17 +29,34 @@ def tuned_path(study_name: str, root: Path | None = None) -> Path:
     return (root or Path.cwd()) / TUNED_DIR / f"{study_name}.yaml"
 
 
-def write_tuned(
-    path: Path, cfg: DictConfig, overrides: list[str], notes: Mapping[str, Any]
-) -> None:
-    """Write atomically: several workers of one study may write the same file."""
+def tuned_notes(
+    study: str, storage: str, trial: FrozenTrial, objective: str, direction: str
+) -> dict[str, Any]:
+    """The comment lines of a tuned file: where its values come from, how to reuse them."""
+    return {
+        "study": f"{study} (storage {storage})",
+        "best trial": f"t{trial.number}, {objective} = {trial.value:.4g} ({direction})",
+        "MLflow run": trial.user_attrs.get("mlflow_run_id", "-"),
+        "reuse": f"python -m trainer +tuned={study}",
+    }
+
+
+def render_tuned(cfg: DictConfig, overrides: list[str], notes: Mapping[str, Any]) -> str:
+    """The tuned YAML: the notes as comments, then the swept and fixed values."""
     defaults, values = tuned_settings(cfg, overrides)
     body: dict[str, Any] = {}
     if defaults:
         body["defaults"] = [*defaults, "_self_"]
     body.update(values)
     header = ["# @package _global_"] + [f"# {k}: {v}" for k, v in notes.items()]
-    text = "\n".join(header) + "\n" + OmegaConf.to_yaml(OmegaConf.create(body))
+    return "\n".join(header) + "\n" + OmegaConf.to_yaml(OmegaConf.create(body))
+
+
+def write_tuned(
+    path: Path, cfg: DictConfig, overrides: list[str], notes: Mapping[str, Any]
+) -> None:
+    """Write atomically: several workers of one study may write the same file."""
+    text = render_tuned(cfg, overrides, notes)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
