@@ -28,7 +28,7 @@ def test_defaults_are_valid():
         ("lr=0", "lr=0: must be > 0"),
         ("lr=-1e-5", "lr=-1e-05: must be > 0"),
         ("lr=fast", "lr='fast': must be a number or \"auto\""),
-        ("num_substeps=3", "num_substeps=3: batch_size=16 must be divisible by num_substeps"),
+        ("num_substeps=3", "num_substeps=3: batch_size=32 must be divisible by num_substeps"),
         ("group_size=1", "group_size=1: must be >= 2"),
         ("kl_penalty_coef=-0.1", "kl_penalty_coef=-0.1: must be >= 0"),
         ("loss.name=reinforce", "loss.name='reinforce': must be one of"),
@@ -36,7 +36,7 @@ def test_defaults_are_valid():
         ("top_p=0", "top_p=0.0: must be in (0, 1]"),
         ("max_tokens=0", "max_tokens=0: must be >= 1"),
         ("lr_schedule=step", "lr_schedule='step': must be one of"),
-        ("model.family=gpt", "model.family='gpt': lr=auto needs a calibrated family"),
+        ("lr=auto model.family=gpt", "model.family='gpt': lr=auto needs a calibrated family"),
         ("model.path=/no/such/model", "model.path='/no/such/model': must be a Hugging Face model"),
         ("task=jsonl", None),  # task.path is required: Hydra's own MissingMandatoryValue
     ],
@@ -47,7 +47,7 @@ def test_bad_settings_name_parameter_value_and_rule(override, message):
             validate(composed(override, "task.path=???"))
         return
     with pytest.raises(ConfigError) as error:
-        validate(composed(override))
+        validate(composed(*override.split()))
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 
