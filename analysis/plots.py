@@ -51,7 +51,8 @@ def reward_curves(data: StudyData) -> Figure | str:
     if not with_curves:
         return "No reward histories in MLflow for any trial."
     best, many = data.best(), len(with_curves) > LABELLED_TRIALS
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    # Separate y scales: held-out reward moves in a narrower band than per-step training reward.
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, metric, title in (
         (axes[0], REWARD, "Training reward (mean over rollouts)"),
         (axes[1], EVAL_REWARD, "Eval reward (step 0 = baseline)"),
