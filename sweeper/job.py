@@ -24,7 +24,7 @@ from sweeper.errors import fail_reason
 from sweeper.pruning import KLPruneRule, PruneReason, TrialPruned, make_pruner
 from sweeper.records import trial_run_name
 from sweeper.storage import open_storage
-from trainer.tracking import MLflowRun, hyperparameters
+from trainer.tracking import MLflowRun
 from trainer.train import train
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,7 @@ def run_trial(cfg: DictConfig) -> float:
         client=MlflowClient(attrs["mlflow_tracking_uri"]),
     )
     trial.set_user_attr("mlflow_run_id", run.run_id)
-    run.log_params(hyperparameters(cfg))
-    run.log_config(cfg)
+    run.log_training_config(cfg)
     reporter = TrialReporter(
         run,
         trial,

@@ -11,7 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri, hyperparameters
+from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri
 from trainer.train import train
 from trainer.validation import ConfigError, validate
 
@@ -33,8 +33,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as e:
         sys.exit(f"error: {e}")
     run = MLflowRun(cfg.experiment, run_name(cfg), tags={"sweeper.role": "single"})
-    run.log_params(hyperparameters(cfg))
-    run.log_config(cfg)
+    run.log_training_config(cfg)
     status = "FAILED"
     try:
         result = train(cfg, MLflowReporter(run))

@@ -119,7 +119,9 @@ class MLflowRun:
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
 
-    def log_config(self, cfg: DictConfig) -> None:
+    def log_training_config(self, cfg: DictConfig) -> None:
+        """Every resolved hyperparameter as a param, and the whole config as config.yaml."""
+        self.log_params(hyperparameters(cfg))
         self.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
     def end(self, status: str = "FINISHED") -> None:
