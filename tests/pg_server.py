@@ -7,17 +7,11 @@ that need it are skipped. GRPO_SWEEPER_TEST_POSTGRES=<url> points them at a serv
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port
 
 
 class PostgresServer:
@@ -55,7 +49,7 @@ def postgres():
     as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     if as_user:
         shutil.chown(data, "postgres")
-    port = _free_port()
+    port = free_port()
     options = (
         f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
     )

@@ -5,7 +5,6 @@ they cover a grid exactly once and spend a TPE budget of n_trials in total.
 """
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ from collections import Counter
 
 import optuna
 import pytest
+from conftest import free_port
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
 TINY = ["max_steps=1", "batch_size=2", "eval_every=0", "task.eval_size=8"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -3,26 +3,19 @@ config composes back into the trial's values, and the search presets parse."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
+from conftest import compose_conf
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import trainer  # noqa: F401  (registers the config schemas)
 from sweeper.samplers import choose_sampler
 from sweeper.space import parse_space
 from sweeper.tuned import tuned_path, write_tuned
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
-
 
 def _compose(config_name: str, overrides: list[str], hydra_node: bool = False):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose(config_name, overrides=overrides, return_hydra_config=hydra_node)
+    return compose_conf(*overrides, config_name=config_name, hydra_node=hydra_node)
 
 
 @pytest.fixture

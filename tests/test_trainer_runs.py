@@ -3,38 +3,19 @@
 import json
 import logging
 import math
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from trainer.train import train
 
-CONF = str(Path(__file__).parents[1] / "conf")
 SMALL = ["batch_size=4", "group_size=2", "task.eval_size=16", "eval_every=0"]
 
 
-def composed(tmp_path: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=[f"output_dir={tmp_path}/run", *overrides])
-
-
-class Recorder:
-    def __init__(self):
-        self.steps: dict[int, dict[str, float]] = {}
-
-    def report(self, step, metrics):
-        self.steps[step] = dict(metrics)
-
-    def series(self, name):
-        return {s: m[name] for s, m in self.steps.items() if name in m}
-
-
 @pytest.mark.slow
-def test_held_out_reward_rises_above_baseline(tmp_path):
+def test_held_out_reward_rises_above_baseline(tmp_path, composed, new_recorder):
     # The documented default: lr=2e-3, seed=0, 32 problems x 8 rollouts (see bench/README.md).
-    recorder = Recorder()
-    result = train(composed(tmp_path, "max_steps=30", "eval_every=10"), recorder)
+    recorder = new_recorder()
+    result = train(composed("max_steps=30", "eval_every=10"), recorder)
     evals = recorder.series("eval/reward/mean")
     assert list(evals) == [0, 10, 20, 30]
     assert 0.1 < result.baseline_eval < 0.6  # the base policy solves some problems, not all
@@ -45,9 +26,9 @@ def test_held_out_reward_rises_above_baseline(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_metric_is_logged_every_step(tmp_path):
-    recorder = Recorder()
-    train(composed(tmp_path, *SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
+def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
+    recorder = new_recorder()
+    train(composed(*SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
     expected = {
         "reward/mean", "reward/std", "groups/frac_mixed", "groups/frac_all_good",
         "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "entropy",
@@ -61,13 +42,14 @@ def test_every_metric_is_logged_every_step(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_rank", [8, 0])
-def test_policy_equals_reference_before_the_first_update(tmp_path, lora_rank):
+def test_policy_equals_reference_before_the_first_update(
+    tmp_path, lora_rank, composed, new_recorder
+):
     # With LoRA the reference is the adapter switched off (B starts at zero); with full
     # fine-tuning it is a frozen copy. Either way step 1's samples come from the reference.
-    recorder = Recorder()
+    recorder = new_recorder()
     train(
         composed(
-            tmp_path,
             *SMALL,
             "max_steps=3",
             "kl_penalty_coef=0.1",
@@ -83,23 +65,24 @@ def test_policy_equals_reference_before_the_first_update(tmp_path, lora_rank):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["importance_sampling", "ppo", "grpo", "bnpo", "dr_grpo", "dapo"])
-def test_every_loss_trains_with_substeps(tmp_path, loss):
-    recorder = Recorder()
-    train(composed(tmp_path, *SMALL, "max_steps=2", "num_substeps=2", f"loss={loss}"), recorder)
+def test_every_loss_trains_with_substeps(tmp_path, loss, composed, new_recorder):
+    recorder = new_recorder()
+    train(composed(*SMALL, "max_steps=2", "num_substeps=2", f"loss={loss}"), recorder)
     assert sorted(recorder.steps) == [0, 1, 2]
     assert all(math.isfinite(v) for v in recorder.steps[2].values())
 
 
 @pytest.mark.slow
-def test_on_policy_kl_is_numerical_noise_and_substeps_raise_it(tmp_path, caplog):
-    on_policy = Recorder()
-    train(composed(tmp_path, *SMALL, "max_steps=3"), on_policy)
+def test_on_policy_kl_is_numerical_noise_and_substeps_raise_it(
+    tmp_path, caplog, composed, new_recorder
+):
+    on_policy = new_recorder()
+    train(composed(*SMALL, "max_steps=3"), on_policy)
     assert max(on_policy.series("kl_sample_train_v2").values()) < 1e-6
-    off_policy = Recorder()
+    off_policy = new_recorder()
     with caplog.at_level(logging.WARNING):
         train(
             composed(
-                tmp_path,
                 "batch_size=8",
                 "group_size=4",
                 "task.eval_size=16",
@@ -115,23 +98,23 @@ def test_on_policy_kl_is_numerical_noise_and_substeps_raise_it(tmp_path, caplog)
 
 
 @pytest.mark.slow
-def test_constant_groups_are_dropped(tmp_path):
-    recorder = Recorder()
-    train(composed(tmp_path, *SMALL, "max_steps=2", "remove_constant_reward_groups=true"), recorder)
+def test_constant_groups_are_dropped(tmp_path, composed, new_recorder):
+    recorder = new_recorder()
+    train(composed(*SMALL, "max_steps=2", "remove_constant_reward_groups=true"), recorder)
     for metrics in (recorder.steps[1], recorder.steps[2]):
         if metrics["groups/frac_mixed"] == 0:  # nothing left to learn from: no update
             assert metrics["grad_norm"] == 0.0
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly_where_the_checkpoint_left(tmp_path):
-    straight = Recorder()
-    train(composed(tmp_path / "a", *SMALL, "max_steps=4"), straight)
-    first = Recorder()
-    train(composed(tmp_path / "b", *SMALL, "max_steps=2", "save_every=2"), first)
+def test_resume_continues_exactly_where_the_checkpoint_left(tmp_path, composed, new_recorder):
+    straight = new_recorder()
+    train(composed(*SMALL, "max_steps=4", root=tmp_path / "a"), straight)
+    first = new_recorder()
+    train(composed(*SMALL, "max_steps=2", "save_every=2", root=tmp_path / "b"), first)
     assert (tmp_path / "b" / "run" / "checkpoints" / "step_000002" / "state.pt").exists()
-    resumed = Recorder()
-    train(composed(tmp_path / "b", *SMALL, "max_steps=4", "resume=true"), resumed)
+    resumed = new_recorder()
+    train(composed(*SMALL, "max_steps=4", "resume=true", root=tmp_path / "b"), resumed)
     assert sorted(resumed.steps) == [3, 4]  # no baseline eval, no repeated steps
     for step in (3, 4):
         assert resumed.steps[step]["reward/mean"] == straight.steps[step]["reward/mean"]
@@ -139,7 +122,7 @@ def test_resume_continues_exactly_where_the_checkpoint_left(tmp_path):
 
 
 @pytest.mark.slow
-def test_baseline_of_zero_warns(tmp_path, caplog):
+def test_baseline_of_zero_warns(tmp_path, caplog, composed, new_recorder):
     data = tmp_path / "hard.jsonl"
     data.write_text(
         "\n".join(json.dumps({"prompt": f"{i}+0=", "answer": "impossible"}) for i in range(40))
@@ -147,13 +130,12 @@ def test_baseline_of_zero_warns(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         train(
             composed(
-                tmp_path,
                 "batch_size=4",
                 "group_size=2",
                 "max_steps=1",
                 "task=jsonl",
                 f"task.path={data}",
             ),
-            Recorder(),
+            new_recorder(),
         )
     assert "Baseline eval reward is 0%" in caplog.text

@@ -1,19 +1,11 @@
 """Bad settings fail before any model loads, naming the parameter, the value and the rule."""
 
 import json
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_conf as composed
 
 from trainer.validation import ConfigError, validate
-
-CONF = str(Path(__file__).parents[1] / "conf")
-
-
-def composed(*overrides: str):
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def test_defaults_are_valid():

@@ -23,10 +23,11 @@ class SamplingSettings:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_tokens: int = 8
+    greedy: bool = False  # argmax decoding (eval); the log-probs stay the tempered policy's
 
     @classmethod
     def from_config(cls, cfg) -> SamplingSettings:
-        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: cfg[k] for k in cls.__dataclass_fields__ if k != "greedy"})
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Rollout:
 
 def generation_config(s: SamplingSettings, tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
     return GenerationConfig(
-        do_sample=True,
+        do_sample=not s.greedy,
         temperature=s.temperature,
         top_p=s.top_p,
         top_k=s.top_k or None,

@@ -1,0 +1,66 @@
+"""Helpers shared by the tests: composing the real conf/, recording a run's metrics, and a
+free local port. Fixtures, so each test gets its own copy pointed at its own tmp_path."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+import trainer  # noqa: F401  (registers the config schemas before composing)
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def compose_conf(
+    *overrides: str, config_name: str = "config", hydra_node: bool = False
+) -> DictConfig:
+    """A config of the real conf/, composed as the CLI would (no output_dir set)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name, overrides=list(overrides), return_hydra_config=hydra_node)
+
+
+@pytest.fixture
+def composed(tmp_path: Path) -> Callable[..., DictConfig]:
+    """composed(*overrides, root=tmp_path): the training config, writing under root/run."""
+
+    def make(*overrides: str, root: Path | None = None) -> DictConfig:
+        return compose_conf(f"output_dir={root or tmp_path}/run", *overrides)
+
+    return make
+
+
+class Recorder:
+    """A trainer reporter that keeps every step's metrics."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, dict[str, float]] = {}
+
+    def report(self, step: int, metrics) -> None:
+        self.steps[step] = dict(metrics)
+
+    def series(self, name: str) -> dict[int, float]:
+        return {s: m[name] for s, m in self.steps.items() if name in m}
+
+
+@pytest.fixture
+def new_recorder() -> Callable[[], Recorder]:
+    """new_recorder(): a fresh Recorder (a test comparing runs takes several)."""
+    return Recorder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
