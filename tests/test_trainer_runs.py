@@ -31,7 +31,7 @@ def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
     train(composed(*SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
     expected = {
         "reward/mean", "reward/std", "groups/frac_mixed", "groups/frac_all_good",
-        "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "entropy",
+        "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "kl_pre_post_v1", "kl_pre_post_v2", "entropy",
         "kl_policy_ref", "loss", "grad_norm", "lr", "time/sample_s", "time/train_s",
         "throughput/rollouts_per_s", "eval/reward/mean",
     }  # fmt: skip

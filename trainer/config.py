@@ -101,6 +101,9 @@ class TrainConfig:
     kl_penalty_coef: float = 0.0  # advantage_t += coef * (batch mean kl - kl_t), vs reference
     kl_discount_factor: float = 0.0  # >0 adds discounted future kl terms to each token
     kl_threshold: float = 0.01  # warn (and let the sweeper prune) above this sampler-train KL
+    # Log kl_pre_post_v1/v2 (sampler vs the learner after the step's updates) every step: one
+    # no-grad forward over the step's own rollouts. Off saves that forward.
+    compute_post_kl: bool = True
 
     # --- sampling ---
     temperature: float = 1.0  # sampling temperature, in (0, 10)

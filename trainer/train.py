@@ -171,6 +171,12 @@ def grpo_step(
     metrics["lr"] = optimizer.param_groups[0]["lr"]
     train_s = time.perf_counter() - started
 
+    # 5. How far this step's updates moved the policy on its own data (tinker's post-KL):
+    # on-policy with one update the sampler-train KL is ~1e-13, this one is what a too-high
+    # lr blows up.
+    if cfg.compute_post_kl:
+        metrics.update(post_update_kl(policy, batch, cfg.temperature))
+
     metrics["time/sample_s"] = sample_s
     metrics["time/train_s"] = train_s
     metrics["throughput/rollouts_per_s"] = len(rollouts_N) / (sample_s + train_s)
@@ -212,6 +218,17 @@ def minibatch_update(
         "kl_sample_train_v2": kl_v2,
         "entropy": rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
     }
+
+
+@torch.no_grad()
+def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dict[str, float]:
+    """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
+    was_training = policy.model.training
+    policy.model.eval()  # as the sampler saw it: no dropout
+    post_logp_NT, _ = token_logprobs(policy.model, batch, temperature)
+    policy.model.train(was_training)
+    v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
+    return {"kl_pre_post_v1": v1, "kl_pre_post_v2": v2}
 
 
 def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
