@@ -14,7 +14,6 @@ from pathlib import Path
 
 from analysis.advice import advise
 from analysis.load import (
-    DEFAULT_STORAGE,
     AnalysisError,
     StudyData,
     load_study,
@@ -22,6 +21,8 @@ from analysis.load import (
     quick_mlflow,
 )
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
+from sweeper.records import DEFAULT_STORAGE, StudyAttr
+from sweeper.text import first_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +84,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def log_report(data: StudyData, out: Path) -> None:
     """The report as an `analysis/` artifact of the study's MLflow parent run, if reachable."""
-    run_id, uri = data.attrs.get("mlflow_parent_run_id"), data.attrs.get("mlflow_tracking_uri")
+    run_id = data.attrs.get(StudyAttr.MLFLOW_PARENT_RUN_ID)
+    uri = data.attrs.get(StudyAttr.MLFLOW_TRACKING_URI)
     if not run_id or not uri:
         print("note: no MLflow parent run recorded; the report was not logged", file=sys.stderr)
         return
@@ -91,8 +93,10 @@ def log_report(data: StudyData, out: Path) -> None:
         with quick_mlflow():
             mlflow_client(uri).log_artifacts(run_id, str(out), "analysis")
     except Exception as e:  # an unreachable server must not lose the report written on disk
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"note: could not log the report to MLflow run {run_id}: {first}", file=sys.stderr)
+        print(
+            f"note: could not log the report to MLflow run {run_id}: {first_line(e)}",
+            file=sys.stderr,
+        )
         return
     print(f"Logged to MLflow run {run_id} (artifacts/analysis/index.html)")
 

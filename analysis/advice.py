@@ -18,6 +18,7 @@ from statistics import mean, median
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from analysis.load import StudyData, TrialRecord
+from sweeper.records import StudyAttr
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned on KL"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
@@ -99,7 +100,7 @@ def edge_of_range(data: StudyData) -> list[Advice]:
         side = _edge(data.distributions.get(name), value)
         if side is None:
             continue
-        spec = (data.attrs.get("search_space") or {}).get(name, "")
+        spec = (data.attrs.get(StudyAttr.SEARCH_SPACE) or {}).get(name, "")
         out.append(
             Advice(
                 f"Extend the range of {name} {'upward' if side == 'high' else 'downward'}",

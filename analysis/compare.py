@@ -6,6 +6,8 @@ from typing import Any
 
 from analysis.load import StudyData
 from analysis.report import STATE_ORDER, show_num, show_value
+from sweeper.records import StudyAttr
+from sweeper.text import text_table
 
 
 def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:
@@ -31,18 +33,15 @@ def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:
         rows.append(
             (name, show_value(_params(best_a).get(name)), show_value(_params(best_b).get(name)))
         )
-    fixed_a, fixed_b = a.attrs.get("fixed_overrides") or [], b.attrs.get("fixed_overrides") or []
+    key = StudyAttr.FIXED_OVERRIDES
+    fixed_a, fixed_b = a.attrs.get(key) or [], b.attrs.get(key) or []
     if fixed_a or fixed_b:
         rows.append(("fixed overrides", " ".join(fixed_a) or "-", " ".join(fixed_b) or "-"))
     return rows
 
 
 def compare_text(a: StudyData, b: StudyData) -> str:
-    rows = compare_rows(a, b)
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    return "\n".join(
-        f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip() for r in rows
-    )
+    return text_table(compare_rows(a, b))
 
 
 def _params(best: Any) -> dict[str, Any]:

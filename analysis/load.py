@@ -2,8 +2,9 @@
 
 Reads only what a sweep saved: the Optuna storage and the MLflow tracking store. Every
 value the report shows has one source here, with a fallback for a study still running or
-killed (a trial's `steps_run`, `final_kl` and `baseline_reward` are written when it ends,
-so for a running trial they come from its MLflow histories instead). MLflow being absent or
+killed (a trial's `steps_run` and `baseline_reward` are written when it ends, so for a
+running trial they come from its MLflow histories instead). Every key comes from
+sweeper/records.py, the contract the sweep writes by. MLflow being absent or
 unreachable is a note, not an error: the Optuna side alone still makes a leaderboard.
 """
 
@@ -14,16 +15,28 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import optuna
-import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-DEFAULT_STORAGE = "sqlite:///sweeps.db"  # the sweeper's default (hydra.sweeper.storage)
+from sweeper import records
+from sweeper.records import (
+    DEFAULT_EXPERIMENT,
+    Replicate,
+    Role,
+    StudyAttr,
+    Tag,
+    TrialAttr,
+    absolute_url,
+    sqlite_path,
+)
+from sweeper.text import first_line
+
 DEFAULT_OBJECTIVE = "eval/reward/mean"
-DEFAULT_KL_METRIC = "kl_sample_train_v2"
+# KL curves the report draws, most telling first: post-update KL moves with the lr even
+# on-policy; sampler-vs-learner KL moves with substeps and stale (async) data.
+KL_METRICS = ("kl_pre_post_v2", "kl_sample_train_v2")
 REWARD = "reward/mean"
 EVAL_REWARD = "eval/reward/mean"
 GROUP_METRICS = ("groups/frac_mixed", "groups/frac_all_good", "groups/frac_all_bad")
@@ -50,7 +63,9 @@ class TrialRecord:
     prune_reason: dict[str, Any] | None
     note: str  # why it was pruned or failed, one line ('' otherwise)
     run_id: str | None
-    histories: dict[str, History] = field(default_factory=dict)
+    histories: dict[str, History] = field(default_factory=dict)  # its first seed's run
+    replicates: list[Replicate] = field(default_factory=list)  # one per seed that ran
+    seed_histories: dict[int, dict[str, History]] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,11 +87,17 @@ class StudyData:
 
     @property
     def kl_metric(self) -> str:
-        return self.attrs.get("kl_metric", DEFAULT_KL_METRIC)
+        """The KL the report plots: the first one a health rule watches."""
+        watched = [r.get("metric") for r in self.attrs.get(StudyAttr.HEALTH_RULES) or []]
+        return next((m for m in KL_METRICS if m in watched), KL_METRICS[0])
 
     @property
     def kl_threshold(self) -> float | None:
-        return self.attrs.get("kl_threshold")
+        return self.attrs.get(StudyAttr.KL_THRESHOLD)
+
+    @property
+    def seeds(self) -> int:
+        return int(self.attrs.get(StudyAttr.SEEDS, 1))
 
     @property
     def param_names(self) -> list[str]:
@@ -86,34 +107,28 @@ class StudyData:
         return [t for t in self.trials if t.state in states]
 
     def best(self) -> TrialRecord | None:
-        done = [t for t in self.by_state("complete") if _finite(t.value)]
-        if not done:
+        if self.study is None:
             return None
-        pick = max if self.direction == "maximize" else min
-        return pick(done, key=lambda t: t.value)
+        best = records.best_trial(self.study.get_trials(deepcopy=False), self.maximize)
+        return next((t for t in self.trials if best and t.number == best.number), None)
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
 
 
 # --- Optuna ---------------------------------------------------------------------------
 
 
-def absolute_url(url: str) -> str:
-    """`sqlite:///sweeps.db` -> `sqlite:////abs/path/sweeps.db`, as the sweeper records it."""
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url != "sqlite:///:memory:":
-        return prefix + str(Path(url[len(prefix) :]).expanduser().absolute())
-    return url
-
-
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """The storage, never creating one: a misspelt SQLite path is an error, not a new file."""
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        path = Path(url[len("sqlite:///") :])
-        if not path.is_file():
-            raise AnalysisError(f"no Optuna storage at {url} ({path.absolute()} does not exist)")
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise AnalysisError(f"no Optuna storage at {url} ({path.absolute()} does not exist)")
     try:
         return optuna.storages.RDBStorage(url, skip_table_creation=True)
     except Exception as e:  # driver, sqlalchemy and OS errors alike: name the URL
-        raise AnalysisError(f"cannot open the Optuna storage {url}: {_first_line(e)}") from None
+        raise AnalysisError(f"cannot open the Optuna storage {url}: {first_line(e)}") from None
 
 
 def pick_study(storage: optuna.storages.BaseStorage, name: str | None) -> str:
@@ -169,37 +184,14 @@ def _record(t: FrozenTrial) -> TrialRecord:
         params=dict(t.params),
         value=t.value if t.state == TrialState.COMPLETE else None,
         last_eval=t.intermediate_values[steps[-1]] if steps else None,
-        steps_run=attrs.get("steps_run"),
-        final_kl=attrs.get("final_kl"),
-        baseline=attrs.get("baseline_reward"),
-        prune_reason=attrs.get("prune_reason") if t.state == TrialState.PRUNED else None,
-        note=_note(t),
-        run_id=attrs.get("mlflow_run_id"),
+        steps_run=attrs.get(TrialAttr.STEPS_RUN),
+        final_kl=None,
+        baseline=attrs.get(TrialAttr.BASELINE),
+        prune_reason=attrs.get(TrialAttr.PRUNE_REASON) if t.state == TrialState.PRUNED else None,
+        note=records.trial_note(t),
+        run_id=attrs.get(TrialAttr.MLFLOW_RUN_ID),
+        replicates=records.replicates(t),
     )
-
-
-def _note(t: FrozenTrial) -> str:
-    attrs = t.user_attrs
-    reason = attrs.get("prune_reason")
-    if t.state == TrialState.PRUNED and isinstance(reason, dict):
-        return prune_text(reason)
-    if t.state == TrialState.PRUNED:
-        return "pruned by the objective pruner"
-    if t.state == TrialState.FAIL:
-        return str(attrs.get("fail_reason", "failed (no reason recorded)"))
-    if t.state == TrialState.WAITING and "retry_of" in attrs:
-        return f"queued again (retry of t{attrs['retry_of']})"
-    return ""
-
-
-def prune_text(reason: dict[str, Any]) -> str:
-    """`kl_sample_train_v2=0.034 > 0.01 at step 7`, as the sweeper tags the MLflow run."""
-    metric, value, step = reason.get("metric"), reason.get("value"), reason.get("step")
-    threshold = reason.get("threshold")
-    shown = f"{value:.3g}" if isinstance(value, int | float) else str(value)
-    if threshold is None:
-        return f"{metric}={shown} below the pruner's bar at step {step}"
-    return f"{metric}={shown} > {threshold:g} at step {step}"
 
 
 def _distributions(trials: list[FrozenTrial]) -> dict[str, Any]:
@@ -214,30 +206,32 @@ def _distributions(trials: list[FrozenTrial]) -> dict[str, Any]:
 
 
 def history_metrics(data: StudyData) -> list[str]:
-    return list(
-        dict.fromkeys([REWARD, EVAL_REWARD, data.objective, data.kl_metric, *GROUP_METRICS])
-    )
+    wanted = [REWARD, EVAL_REWARD, data.objective, *KL_METRICS, "entropy", *GROUP_METRICS]
+    return list(dict.fromkeys(wanted))
 
 
 def attach_histories(data: StudyData) -> None:
-    """Per-step histories of the metrics the report plots; notes instead of errors."""
-    uri = data.attrs.get("mlflow_tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+    """Per-step histories of the metrics the report plots, for every seed's training run;
+    notes instead of errors."""
+    uri = data.attrs.get(StudyAttr.MLFLOW_TRACKING_URI) or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         data.notes.append("No MLflow tracking URI recorded for this study: curves are skipped.")
         return
     try:
         with quick_mlflow():
             client = mlflow_client(uri)
-            run_ids = _child_runs(client, data)
+            training_runs = _training_runs(client, data)
+            metrics = history_metrics(data)
             for t in data.trials:
-                t.run_id = t.run_id or run_ids.get(t.number)
-                if t.run_id:
-                    metrics = history_metrics(data)
-                    t.histories = {m: _history(client, t.run_id, m) for m in metrics}
+                for seed, run_id in sorted(training_runs.get(t.number, {}).items()):
+                    t.seed_histories[seed] = {m: _history(client, run_id, m) for m in metrics}
+                if t.seed_histories:
+                    t.histories = next(iter(t.seed_histories.values()))
+                    t.run_id = t.run_id or next(iter(training_runs[t.number].values()))
     except Exception as e:  # an unreachable server, a missing file, a deleted run
-        data.notes.append(f"MLflow at {uri} could not be read ({_first_line(e)}): curves skipped.")
+        data.notes.append(f"MLflow at {uri} could not be read ({first_line(e)}): curves skipped.")
         return
-    missing = [t.number for t in data.trials if not t.run_id and t.state != "waiting"]
+    missing = [t.number for t in data.trials if not t.seed_histories and t.state != "waiting"]
     if missing:
         shown = ", ".join(f"t{n}" for n in missing)
         data.notes.append(f"No MLflow run found for {shown}: their curves are missing.")
@@ -266,26 +260,28 @@ def mlflow_client(uri: str) -> Any:
     """A client for the recorded store; a missing SQLite file is an error, never created."""
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
-        raise FileNotFoundError(f"{uri[len('sqlite:///') :]} does not exist")
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
     return MlflowClient(uri)
 
 
-def _child_runs(client: Any, data: StudyData) -> dict[int, str]:
-    """trial number -> child run id, for trials whose Optuna record lacks the run id."""
-    experiment = client.get_experiment_by_name(data.attrs.get("mlflow_experiment", "grpo"))
+def _training_runs(client: Any, data: StudyData) -> dict[int, dict[int, str]]:
+    """trial number -> {seed: training run id}, from the runs' tags."""
+    name = data.attrs.get(StudyAttr.MLFLOW_EXPERIMENT, DEFAULT_EXPERIMENT)
+    experiment = client.get_experiment_by_name(name)
     if experiment is None:
         return {}
     runs = client.search_runs(
         [experiment.experiment_id],
-        filter_string=f"tags.`sweeper.study` = '{data.name}' and tags.`sweeper.role` = 'trial'",
+        filter_string=f"tags.`{Tag.STUDY}` = '{data.name}' and tags.`{Tag.ROLE}` = '{Role.TRIAL}'",
         max_results=5000,
     )
-    found: dict[int, str] = {}
+    found: dict[int, dict[int, str]] = {}
     for run in runs:
-        number = run.data.tags.get("sweeper.trial_number", "")
+        number, seed = run.data.tags.get(Tag.TRIAL_NUMBER, ""), run.data.tags.get(Tag.SEED, "0")
         if number.isdigit():
-            found.setdefault(int(number), run.info.run_id)
+            found.setdefault(int(number), {}).setdefault(int(seed), run.info.run_id)
     return found
 
 
@@ -315,30 +311,5 @@ def fill_from_histories(data: StudyData) -> None:
 # --- the tidy table -------------------------------------------------------------------
 
 
-def trials_frame(data: StudyData) -> pd.DataFrame:
-    """One row per trial: number, params, objective, state, steps, final KL, note."""
-    rows = []
-    for t in data.trials:
-        row: dict[str, Any] = {"trial": t.number}
-        row.update({p: t.params.get(p) for p in data.param_names})
-        row.update(
-            objective=t.value,
-            state=t.state,
-            steps_run=t.steps_run,
-            final_kl=t.final_kl,
-            baseline=t.baseline,
-            last_eval=t.last_eval,
-            note=t.note,
-            mlflow_run_id=t.run_id,
-        )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
+from sweeper.records import StudyAttr
 
 MIN_TRIALS_FOR_IMPORTANCE = 5  # fANOVA on fewer completed trials ranks noise
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
@@ -137,7 +138,7 @@ def objective_vs_params(data: StudyData) -> Figure | str:
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False)
-    log_params = set(data.attrs.get("log_params") or [])
+    log_params = set(data.attrs.get(StudyAttr.LOG_PARAMS) or [])
     best = data.best()
     for ax, name in zip(axes.flat, names, strict=False):
         _param_panel(ax, data, name, points, best, name in log_params)

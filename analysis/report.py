@@ -16,6 +16,8 @@ from typing import Any
 from analysis.advice import Advice, advise
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
+from sweeper.records import StudyAttr
+from sweeper.text import text_table
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 
@@ -58,13 +60,7 @@ def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
 
 def leaderboard_text(data: StudyData) -> str:
     header, rows = leaderboard_rows(data)
-    table = [header, *rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
-    lines = [
-        "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
-        for r in table
-    ]
-    return "\n".join(lines)
+    return text_table([header, *rows])
 
 
 def summary_lines(data: StudyData) -> list[str]:
@@ -73,8 +69,7 @@ def summary_lines(data: StudyData) -> list[str]:
     shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     lines = [
         f"Study {data.name} ({data.storage}): {len(data.trials)} trials ({shown or 'none'})",
-        f"Objective: {data.direction} {data.objective}; KL prune rule: {data.kl_metric} > "
-        f"{show_value(data.kl_threshold)}",
+        f"Objective: {data.direction} {data.objective}; health rules: {health_rules(data)}",
     ]
     best = data.best()
     if best is not None:
@@ -85,6 +80,13 @@ def summary_lines(data: StudyData) -> list[str]:
     else:
         lines.append(no_best_message(data))
     return lines
+
+
+def health_rules(data: StudyData) -> str:
+    rules = data.attrs.get(StudyAttr.HEALTH_RULES)
+    if rules is None:
+        return f"{data.kl_metric} > {show_value(data.kl_threshold)}"
+    return ", ".join(r.get("name", "?") for r in rules) or "none (no pruning on health)"
 
 
 def no_best_message(data: StudyData) -> str:

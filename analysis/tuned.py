@@ -13,6 +13,7 @@ from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
 from analysis.report import no_best_message
+from sweeper.records import TrialAttr
 
 
 def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
@@ -29,7 +30,7 @@ def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
         if f"best trial: t{best.number}," in text:
             return text
     trial = best_study.trials[best.number]
-    overrides = trial.user_attrs.get("overrides")
+    overrides = trial.user_attrs.get(TrialAttr.OVERRIDES)
     if overrides is None:
         raise AnalysisError(f"t{best.number} has no recorded overrides; cannot rebuild its config")
     return _render(data, best.number, list(overrides))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-import trainer  # noqa: F401  (registers the config schemas before Hydra composes)
+import sweeper.job_config  # noqa: F401  (registers the config schemas before Hydra composes)
 from sweeper.job import run
 
 

@@ -10,11 +10,12 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.records import best_trial, trial_note
 from sweeper.slots import Counts
 from sweeper.space import show_value
+from sweeper.text import text_table
 
 
-def progress_line(study: optuna.Study, planned: int) -> str:
+def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
     c = Counts.of(study)
-    best = best_trial(study)
+    best = best_trial(study.get_trials(deepcopy=False), maximize)
     best_text = f"{best.value:.3g} (t{best.number})" if best else "-"
     running = f", {c.running} running" if c.running else ""
     return (
@@ -32,13 +33,7 @@ def final_table(study: optuna.Study) -> str:
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     names = list(dict.fromkeys(k for t in trials for k in t.params))
     header = ["trial", *names, "objective", "state", "note"]
-    rows = [header] + [_row(t, names) for t in trials]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
-    lines = []
-    for r in rows:
-        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)]
-        lines.append("  ".join([*cells, r[-1]]).rstrip())
-    return "\n".join(lines)
+    return text_table([header] + [_row(t, names) for t in trials])
 
 
 def _row(trial: FrozenTrial, names: list[str]) -> list[str]:

@@ -1,83 +1,85 @@
-"""The task function of `python -m sweeper`: one training, reported to MLflow and Optuna.
+"""The task function of `python -m sweeper`: one training run, reported to MLflow and Optuna.
 
-In a sweep the sweeper passes the trial's binding (`trial.id`, `trial.storage`, ...) in the
-job's overrides, so this may run in any process or host: it opens the live Optuna trial
-from the storage, reads the pruning rules the study recorded, and reports each step to both
-stores. Without a binding (no `-m`) it is one plain training run, like `python -m trainer`.
-
-The job records its own ending in MLflow (FINISHED, KILLED when pruned, FAILED) and lets the
-exception propagate: the sweeper reads it from Hydra's JobReturn and tells the study.
+In a sweep the sweeper passes the binding to a live trial (`trial.id`, `trial.storage`, ...)
+in the job's overrides, so this may run in any process or host: it opens the trial from the
+storage, reads the study's health rules, and after every step logs to MLflow, reports the
+objective to Optuna and checks the rules. It records its own outcome (a `Replicate`: one
+seed of the trial) and closes its MLflow run, then lets any exception propagate: the sweeper
+reads it from Hydra's JobReturn and tells the study once every seed has ended. Without a
+binding (no `-m`) it is one plain training run, exactly `python -m trainer`.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import optuna
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 
-from sweeper.errors import fail_reason
-from sweeper.pruning import KLPruneRule, PruneReason, TrialPruned, make_pruner
-from sweeper.records import trial_run_name
+from sweeper import records
+from sweeper.health import HealthMonitor, rules_from_settings
+from sweeper.job_config import training_config
+from sweeper.pruning import TrialPruned, make_pruner
+from sweeper.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
+from sweeper.runs import close_trial_run, trial_run_name
 from sweeper.storage import open_storage
-from trainer.tracking import MLflowRun
+from sweeper.text import fail_reason
+from trainer.__main__ import train_and_log
+from trainer.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
 
-log = logging.getLogger(__name__)
+BASELINE_METRIC = "eval/reward/mean"  # logged at step 0, before any update
 
 
 class TrialReporter:
-    """Per step: metrics to MLflow, the objective to Optuna, then the prune checks."""
+    """Per step: metrics to MLflow, the objective to Optuna, then the health rules."""
 
     def __init__(
         self,
         run: MLflowRun,
         trial: optuna.Trial,
         objective: str,
-        kl_rule: KLPruneRule,
+        monitor: HealthMonitor,
+        reports_to_optuna: bool,
         prune_on_objective: bool,
     ) -> None:
         self.run = run
         self.trial = trial
         self.objective = objective
-        self.kl_rule = kl_rule
+        self.monitor = monitor
+        self.reports_to_optuna = reports_to_optuna  # one seed per trial: Optuna keeps one curve
         self.prune_on_objective = prune_on_objective
         self.last: dict[str, float] = {}  # last value of every metric
         self.steps_run = 0
-        self.baseline: float | None = None  # eval reward before any update (step 0)
+        self.baseline: float | None = None
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log_metrics(step, metrics)
         self.last.update(metrics)
         self.steps_run = step
         if step == 0:
-            self.baseline = metrics.get("eval/reward/mean")
+            self.baseline = metrics.get(BASELINE_METRIC)
         value = metrics.get(self.objective)
-        if value is not None and math.isfinite(value):
+        if self.reports_to_optuna and value is not None and math.isfinite(value):
             self.trial.report(value, step)
             if self.prune_on_objective and self.trial.should_prune():
-                raise TrialPruned(PruneReason(self.objective, float(value), step, None))
-        reason = self.kl_rule.check(step, metrics)
-        if reason is not None:
-            raise TrialPruned(reason)
+                raise TrialPruned(None)
+        breach = self.monitor.check(step, metrics)
+        if breach is not None:
+            raise TrialPruned(breach)
 
 
 def run(cfg: DictConfig) -> float:
-    """Hydra's task function: a sweep trial when bound to one, else a single run."""
+    """Hydra's task function: a sweep trial's run when bound to one, else a single run."""
     if cfg.trial.id is None:
-        return run_single(cfg)
+        return train_and_log(training_config(cfg))
     return run_trial(cfg)
-
-
-def run_single(cfg: DictConfig) -> float:
-    """Exactly `python -m trainer` (hydra.main passes a given config straight through)."""
-    from trainer.__main__ import main as train_main
-
-    return train_main(cfg)
 
 
 def run_trial(cfg: DictConfig) -> float:
@@ -85,41 +87,69 @@ def run_trial(cfg: DictConfig) -> float:
     study = load_study(binding.storage, binding.study)
     trial = optuna.Trial(study, binding.id)
     attrs = study.user_attrs
-    run = MLflowRun(
-        cfg.experiment,
-        trial_run_name(binding.number, trial.params),
-        parent_run_id=binding.parent_run_id,
-        tags={
-            "sweeper.role": "trial",
-            "sweeper.study": binding.study,
-            "sweeper.trial_number": str(binding.number),
-        },
-        client=MlflowClient(attrs["mlflow_tracking_uri"]),
+    several_seeds = attrs.get(StudyAttr.SEEDS, 1) > 1
+    client = tracking_client(attrs[StudyAttr.MLFLOW_TRACKING_URI])
+    resumed_from = _resumed_from(cfg)
+    earlier = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(cfg.seed), {})
+    if resumed_from is not None and earlier.get("run_id"):
+        run = MLflowRun.attach(earlier["run_id"], client)  # one unbroken curve across the retry
+    else:
+        run = MLflowRun(
+            cfg.experiment,
+            trial_run_name(binding.number, trial.params, cfg.seed if several_seeds else None),
+            parent_run_id=binding.parent_run_id,
+            tags={
+                Tag.ROLE: Role.TRIAL,
+                Tag.STUDY: binding.study,
+                Tag.TRIAL_NUMBER: str(binding.number),
+                Tag.SEED: str(cfg.seed),
+            },
+            client=client,
+        )
+    if resumed_from is not None:
+        run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), Tag.RESUMED_FROM_STEP: resumed_from})
+    if not several_seeds:  # with several, the trial's run is its configuration run
+        trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, run.run_id)
+    started = Replicate(
+        seed=cfg.seed,
+        state=State.RUNNING,
+        value=None,
+        stderr=None,
+        steps_run=resumed_from or 0,
+        baseline=None,
+        reason="",
+        run_id=run.run_id,
+        output_dir=str(Path(cfg.output_dir).absolute()),
+        resumed_from_step=resumed_from,
+        device=str(cfg.model.device),
     )
-    trial.set_user_attr("mlflow_run_id", run.run_id)
-    run.log_training_config(cfg)
+    trial.set_user_attr(records.replicate_key(cfg.seed), started.as_attr())
+    train_cfg = training_config(cfg)
+    run.log_training_config(train_cfg)
+    first = binding.replicate == 0
     reporter = TrialReporter(
         run,
         trial,
-        attrs["objective"],
-        KLPruneRule(
-            attrs["kl_metric"],
-            attrs["kl_threshold"],
-            attrs["kl_patience"],
-            attrs["kl_warmup_steps"],
+        attrs[StudyAttr.OBJECTIVE],
+        HealthMonitor(
+            rules_from_settings(attrs[StudyAttr.HEALTH_RULES], attrs[StudyAttr.KL_THRESHOLD])
         ),
-        prune_on_objective=attrs["pruner"] != "none",
+        reports_to_optuna=first,
+        prune_on_objective=first and attrs[StudyAttr.PRUNER] != "none",
     )
     error: BaseException | None = None
+    result = None
     try:
-        train(cfg, reporter)
+        result = train(train_cfg, reporter)
         return objective_value(reporter)
     except BaseException as e:
         error = e
         raise
     finally:
-        record_outcome(trial, reporter, error)
-        end_run(run, error)
+        replicate = outcome(started, reporter, result, error)
+        trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
+        interrupted = isinstance(error, KeyboardInterrupt)
+        close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
 
 
 def objective_value(reporter: TrialReporter) -> float:
@@ -132,36 +162,48 @@ def objective_value(reporter: TrialReporter) -> float:
     return float(value)
 
 
-def end_run(run: MLflowRun, error: BaseException | None) -> None:
-    """Tag and close the child run: FINISHED, KILLED (pruned, Ctrl-C) or FAILED."""
+def stderr_metric(objective: str) -> str:
+    """`eval/reward/mean` -> `eval/reward/stderr`: where the trainer logs a mean's error."""
+    return objective.removesuffix("/mean") + "/stderr"
+
+
+def _resumed_from(cfg: DictConfig) -> int | None:
+    """The checkpoint step this run continues from (None for a fresh start)."""
+    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
+    return checkpoint_step(checkpoint) if checkpoint is not None else None
+
+
+def outcome(
+    started: Replicate,
+    reporter: TrialReporter,
+    result: Any,
+    error: BaseException | None,
+) -> Replicate:
+    """This seed's record, whatever the ending."""
+    objective = reporter.objective
+    per_problem = None
+    if result is not None:
+        per_problem = getattr(result, "final_eval_rewards", {}).get(objective)
     if error is None:
-        run.set_tags({"sweeper.state": "COMPLETE"})
-        run.end("FINISHED")
+        state, reason, breach = State.COMPLETE, "", None
     elif isinstance(error, TrialPruned):
-        run.set_tags({"sweeper.state": "PRUNED", "sweeper.prune_reason": str(error.reason)})
-        run.end("KILLED")
+        state, reason = State.PRUNED, str(error)
+        breach = error.breach.as_dict() if error.breach is not None else None
     elif isinstance(error, KeyboardInterrupt):
-        run.set_tags({"sweeper.state": "FAIL", "sweeper.fail_reason": "interrupted (Ctrl-C)"})
-        run.end("KILLED")
+        state, reason, breach = State.FAIL, "interrupted", None
     else:
-        run.set_tags({"sweeper.state": "FAIL", "sweeper.fail_reason": fail_reason(error)})
-        run.end("FAILED")
-
-
-def record_outcome(
-    trial: optuna.Trial, reporter: TrialReporter, error: BaseException | None
-) -> None:
-    """The trial's user attrs the analysis reads, whatever the ending."""
-    attrs = {
-        "steps_run": reporter.steps_run,
-        "final_kl": reporter.last.get(reporter.kl_rule.metric),
-        "baseline_reward": reporter.baseline,
-    }
-    if isinstance(error, TrialPruned):
-        attrs["prune_reason"] = error.reason.as_dict()
-    for key, value in attrs.items():
-        if value is not None:
-            trial.set_user_attr(key, value)
+        state, reason, breach = State.FAIL, fail_reason(error), None
+    return replace(
+        started,
+        state=state,
+        value=reporter.last.get(objective) if state == State.COMPLETE else None,
+        stderr=reporter.last.get(stderr_metric(objective)),
+        steps_run=max(reporter.steps_run, started.steps_run),
+        baseline=reporter.baseline,
+        reason=reason,
+        breach=breach,
+        per_problem=tuple(per_problem) if per_problem is not None else None,
+    )
 
 
 @functools.cache
@@ -173,10 +215,7 @@ def load_study(storage: str, name: str) -> optuna.Study:
     """
     study = optuna.load_study(study_name=name, storage=open_storage(storage))
     attrs = study.user_attrs
-    pruner = make_pruner(attrs["pruner"], attrs["pruner_warmup_steps"])
-    return optuna.load_study(
-        study_name=name,
-        storage=study._storage,
-        sampler=optuna.samplers.RandomSampler(),
-        pruner=pruner,
-    )
+    pruner = make_pruner(attrs[StudyAttr.PRUNER], attrs[StudyAttr.PRUNER_WARMUP_STEPS])
+    study.pruner = pruner
+    study.sampler = optuna.samplers.RandomSampler()
+    return study

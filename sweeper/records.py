@@ -1,116 +1,197 @@
-"""What a sweep writes to MLflow and Optuna beyond the per-step metrics (docs/records.md).
+"""What a sweep stores, defined once: every key, and how values go in and out of the stores.
 
-Shared by the sweeper process (parent run, stale trials, summary) and the job (child run
-name and tags), so both sides spell every key the same way.
+The job (sweeper/job.py), the sweep (sweeper/sweep.py) and the analysis (analysis/) all read
+and write through these names and codecs; docs/records.md describes them for people. Nothing
+here talks to a store: this module only names and encodes.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
-import optuna
-from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper.pruning import PruneReason
-from sweeper.space import show
-from trainer.tracking import MLflowRun
+SQLITE_PREFIX = "sqlite:///"
+DEFAULT_STORAGE = "sqlite:///sweeps.db"  # hydra.sweeper.storage's default
+DEFAULT_EXPERIMENT = "grpo"  # the training config's `experiment` default
 
 
-def tracking_uri() -> str:
-    """MLflow's tracking URI with any SQLite path made absolute, for jobs in other dirs."""
-    uri = mlflow.get_tracking_uri()
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
-        return prefix + str(Path(uri[len(prefix) :]).absolute())
-    return uri
+class Tag:
+    """MLflow run tags."""
+
+    ROLE = "sweeper.role"  # Role.*
+    STUDY = "sweeper.study"
+    TRIAL_NUMBER = "sweeper.trial_number"
+    SEED = "sweeper.seed"
+    STATE = "sweeper.state"  # State.* of the trial (or the seed's run)
+    PRUNE_REASON = "sweeper.prune_reason"  # one line: which health rule, value, bound, step
+    FAIL_REASON = "sweeper.fail_reason"
+    BEST_PARAMS = "sweeper.best_params"
+    VERDICT = "sweeper.verdict"
+    RESUMED_FROM_STEP = "sweeper.resumed_from_step"  # a retried run continued from a checkpoint
 
 
-def trial_run_name(number: int, params: Mapping[str, Any]) -> str:
-    """`t3 group_size=8 lr=2e-05`: readable in the MLflow UI's run list."""
-    return f"t{number} {show(params)}".rstrip()
+class Role:
+    STUDY = "study"  # the study's parent run
+    CONFIG = "config"  # one configuration of a study run with several seeds (its seeds nest)
+    TRIAL = "trial"  # one training run of a trial (one seed)
 
 
-def start_parent_run(experiment: str, study: str, params: Mapping[str, Any]) -> str:
-    run = MLflowRun(
-        experiment,
-        run_name=study,
-        tags={"sweeper.role": "study", "sweeper.study": study},
-        client=MlflowClient(tracking_uri()),
-    )
-    run.log_params(params)
-    return run.run_id
+class State:
+    """A trial's outcome as both stores spell it (Optuna's TrialState names)."""
+
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+    RUNNING = "RUNNING"  # a seed's record while it trains (its run id and output folder)
 
 
-def reopen_run(run_id: str) -> None:
-    """A resumed sweep marks its parent run RUNNING again until it ends."""
-    MlflowClient(tracking_uri()).update_run(run_id, status="RUNNING")
+# MLflow's run status for each outcome: a pruned run was stopped on purpose.
+RUN_STATUS = {State.COMPLETE: "FINISHED", State.PRUNED: "KILLED", State.FAIL: "FAILED"}
 
 
-def delete_run(run_id: str) -> None:
-    MlflowClient(tracking_uri()).delete_run(run_id)
+class StudyAttr:
+    """Optuna study user attrs: the sweep's settings, so any worker or report reads them."""
+
+    OBJECTIVE = "objective"
+    DIRECTION = "direction"
+    HEALTH_RULES = "health_rules"  # [rule as dict], sweeper.health
+    KL_THRESHOLD = "kl_threshold"
+    PRUNER = "pruner"
+    PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
+    SAMPLER = "sampler"
+    SEEDS = "seeds"  # replicates per configuration
+    SEARCH_SPACE = "search_space"  # {param: spec as typed}
+    LOG_PARAMS = "log_params"
+    FIXED_OVERRIDES = "fixed_overrides"
+    MLFLOW_TRACKING_URI = "mlflow_tracking_uri"
+    MLFLOW_EXPERIMENT = "mlflow_experiment"
+    MLFLOW_PARENT_RUN_ID = "mlflow_parent_run_id"  # written last: joining workers wait for it
 
 
-def end_trial_run(run_id: str | None, status: str, reason: str) -> None:
-    """Close a failed trial's child run on the job's behalf (its process died, Ctrl-C).
+class TrialAttr:
+    """Optuna trial user attrs."""
 
-    status: FAILED, or KILLED for Ctrl-C. A run the job already closed keeps its status.
-    """
-    if not run_id:
-        return
-    client = MlflowClient(tracking_uri())
-    client.set_tag(run_id, "sweeper.state", "FAIL")
-    client.set_tag(run_id, "sweeper.fail_reason", reason)
-    if client.get_run(run_id).info.status == "RUNNING":
-        client.set_terminated(run_id, status=status)
-
-
-def finish_parent_run(run_id: str, study: optuna.Study, status: str) -> None:
-    """Best trial, trials.csv and the final status on the study's parent run."""
-    client = MlflowClient(tracking_uri())
-    best = best_trial(study)
-    if best is not None:
-        client.log_metric(run_id, "best_value", best.value)
-        client.log_metric(run_id, "best_trial", best.number)
-        client.set_tag(run_id, "sweeper.best_params", json.dumps(best.params))
-    client.log_text(run_id, trials_csv(study), "trials.csv")
-    client.set_terminated(run_id, status=status)
+    MLFLOW_RUN_ID = "mlflow_run_id"  # the trial's run (its configuration run with seeds > 1)
+    OVERRIDES = "overrides"  # [key=value] that compose the trial's config
+    STEPS_RUN = "steps_run"
+    BASELINE = "baseline_reward"
+    PRUNE_REASON = "prune_reason"  # a Breach as a dict (sweeper.health)
+    FAIL_REASON = "fail_reason"
+    RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
+    RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
+    INTERRUPTED = "interrupted"
+    REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 
-def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The best COMPLETE trial, or None (Optuna's `best_trial` raises instead)."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    done = [t for t in done if t.value is not None and math.isfinite(t.value)]
-    if not done:
-        return None
-    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(done, key=lambda t: t.value)
+@dataclass(frozen=True)
+class Replicate:
+    """One seed's training run of a configuration, as its job records it."""
+
+    seed: int
+    state: str  # State.*
+    value: float | None  # the objective's last value (None unless COMPLETE)
+    stderr: float | None  # the objective's standard error over eval problems, when logged
+    steps_run: int
+    baseline: float | None  # eval reward at step 0
+    reason: str  # why it was pruned or failed ('' otherwise)
+    run_id: str | None
+    breach: dict[str, Any] | None = None  # the health rule that pruned it (Breach.as_dict)
+    output_dir: str | None = None  # checkpoints and adapter: where a retry resumes
+    resumed_from_step: int | None = None  # the checkpoint step it continued from
+    device: str | None = None  # model.device it trained on (one per run with a device pool)
+    per_problem: tuple[float, ...] | None = None  # final eval reward of each problem
+
+    def as_attr(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["per_problem"] = list(self.per_problem) if self.per_problem is not None else None
+        data["value"], data["stderr"] = finite_or_none(self.value), finite_or_none(self.stderr)
+        return data
+
+    @classmethod
+    def from_attr(cls, data: Mapping[str, Any]) -> Replicate:
+        known = {k: data.get(k) for k in cls.__dataclass_fields__}
+        per_problem = known.get("per_problem")
+        known["per_problem"] = tuple(per_problem) if per_problem is not None else None
+        return cls(**known)
+
+
+def replicate_key(seed: int) -> str:
+    return f"{TrialAttr.REPLICATE_PREFIX}{seed}"
+
+
+def replicates(trial: FrozenTrial) -> list[Replicate]:
+    """The trial's seed runs recorded so far, by seed."""
+    found = [
+        Replicate.from_attr(value)
+        for key, value in trial.user_attrs.items()
+        if key.startswith(TrialAttr.REPLICATE_PREFIX) and isinstance(value, Mapping)
+    ]
+    return sorted(found, key=lambda r: r.seed)
+
+
+def breach_text(reason: Mapping[str, Any]) -> str:
+    """A stored prune reason as the one line people read (sweeper.health.Breach's text)."""
+    from sweeper.health import Breach
+
+    try:
+        return str(Breach.from_dict(reason))
+    except (KeyError, TypeError, ValueError):  # a record written by an older version
+        return ", ".join(f"{k}={v}" for k, v in reason.items())
 
 
 def trial_note(trial: FrozenTrial) -> str:
-    """The one-line why of a pruned or failed trial ('' otherwise)."""
+    """The one-line why of a pruned, failed or re-queued trial ('' otherwise)."""
     attrs = trial.user_attrs
-    if trial.state == TrialState.PRUNED and "prune_reason" in attrs:
-        return str(PruneReason(**attrs["prune_reason"]))
-    return str(attrs.get("fail_reason", ""))
+    if trial.state == TrialState.PRUNED:
+        reason = attrs.get(TrialAttr.PRUNE_REASON)
+        return (
+            breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
+        )
+    if trial.state == TrialState.FAIL:
+        return str(attrs.get(TrialAttr.FAIL_REASON, "failed (no reason recorded)"))
+    if trial.state == TrialState.WAITING and TrialAttr.RETRY_OF in attrs:
+        return f"queued again (retry of t{attrs[TrialAttr.RETRY_OF]})"
+    return ""
 
 
-def trials_csv(study: optuna.Study) -> str:
-    trials = study.get_trials(deepcopy=False)
-    names = sorted({k for t in trials for k in t.params})
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["number", "state", "value", *names, "steps_run", "note", "mlflow_run_id"])
-    for t in trials:
-        params = [t.params.get(n, "") for n in names]
-        attrs = t.user_attrs
-        row = [t.number, t.state.name, t.value, *params, attrs.get("steps_run", "")]
-        writer.writerow([*row, trial_note(t), attrs.get("mlflow_run_id", "")])
-    return out.getvalue()
+def is_interrupted(trial: FrozenTrial) -> bool:
+    """A trial whose worker stopped under it: its point was queued again as a new trial."""
+    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get(TrialAttr.INTERRUPTED))
+
+
+def best_trial(trials: Iterable[FrozenTrial], maximize: bool) -> FrozenTrial | None:
+    """The best COMPLETE trial with a finite value, or None (Optuna's `best_trial` raises)."""
+    done = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
+    if not done:
+        return None
+    return (max if maximize else min)(done, key=lambda t: t.value)
+
+
+def absolute_url(url: str) -> str:
+    """`sqlite:///sweeps.db` -> `sqlite:////abs/path/sweeps.db`: the same file from any dir."""
+    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
+        return SQLITE_PREFIX + str(Path(url[len(SQLITE_PREFIX) :]).expanduser().absolute())
+    return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for any other database)."""
+    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
+        return Path(url[len(SQLITE_PREFIX) :]).expanduser()
+    return None
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A number JSON can store: NaN and inf become None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None

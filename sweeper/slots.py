@@ -27,6 +27,8 @@ from optuna.distributions import (
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from sweeper import optuna_adapter as oa
+from sweeper.records import TrialAttr, is_interrupted
 from sweeper.samplers import SamplerChoice
 from sweeper.space import SearchSpace
 from sweeper.storage import exclusive
@@ -62,10 +64,6 @@ class Counts:
         return self.done + self.running + self.waiting
 
 
-def is_interrupted(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.FAIL and bool(trial.user_attrs.get("interrupted"))
-
-
 def fill(study: optuna.Study, space: SearchSpace, plan: SamplerChoice) -> int:
     """Queue the slots the plan lacks; return how many. Run by the study's creator, and
     by a worker that joins it (a resume with a larger n_trials adds the difference)."""
@@ -90,24 +88,25 @@ def grid_points(space: SearchSpace) -> list[dict]:
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def give_back(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue an interrupted trial's point again; the next worker to take a slot runs it."""
-    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+def give_back(study: optuna.Study, trial: FrozenTrial, resume_dirs: dict[str, dict]) -> None:
+    """Queue an interrupted trial's point again; the next worker to take a slot runs it,
+    resuming each seed from its folder's last checkpoint (when it saved one)."""
+    attrs = {TrialAttr.RETRY_OF: trial.number, TrialAttr.RESUME_DIRS: resume_dirs}
+    study.enqueue_trial(trial.params, user_attrs=attrs)
 
 
 def take(study: optuna.Study, url: str, dists: dict[str, BaseDistribution]) -> Trial | None:
     """Take one queued slot (None when the queue is empty) and fill in its params."""
-    storage = study._storage
     with exclusive(url):
-        for frozen in storage.get_all_trials(study._study_id, states=(TrialState.WAITING,)):
+        for frozen in oa.waiting_trials(study):
             try:
-                if storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                if oa.claim(study, frozen):
                     break
             except UpdateFinishedTrialError:
                 continue  # another worker took and finished it a moment ago
         else:
             return None
-    trial = Trial(study, frozen._trial_id)
+    trial = Trial(study, oa.trial_id(frozen))
     for name, distribution in dists.items():
         suggest(trial, name, distribution)
     return trial

@@ -32,6 +32,7 @@ from optuna.distributions import (
 )
 
 from sweeper.errors import SweepError
+from sweeper.optuna_adapter import format_override_value
 
 Value = str | int | float | bool | None
 
@@ -84,7 +85,7 @@ class SearchSpace:
 
 def format_value(value: Value) -> str:
     """A value as Hydra parses it back to the same thing (strings escaped as needed)."""
-    return Override._get_value_element_as_str(value)
+    return format_override_value(value)
 
 
 def show_value(value: Value) -> str:

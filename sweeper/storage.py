@@ -1,4 +1,4 @@
-"""Where a study lives: the storage URL, joining a study, heartbeats and stale trials.
+"""Where a study lives: the storage URL, opening it safely, heartbeats and stale trials.
 
 Only RDB storages (SQLite, PostgreSQL, MySQL) are accepted: they are the ones Optuna gives
 heartbeats, and heartbeats are how a restarted sweep tells a trial whose process died
@@ -8,19 +8,21 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
+from sweeper import optuna_adapter as oa
 from sweeper.errors import SweepError
+from sweeper.records import TrialAttr, absolute_url, sqlite_path
+from sweeper.text import first_line
+from trainer.locks import flocked
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
@@ -35,21 +37,23 @@ def resolve_url(url: str) -> str:
             f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "
             "or postgresql://user@host/db"
         )
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and url != "sqlite:///:memory:":
-        path = url[len(prefix) :]
-        return prefix + str(Path(path).expanduser().absolute())
-    return url
+    return absolute_url(url)
 
 
 def open_storage(
     url: str, heartbeat_interval: int | None = None, grace_period: int | None = None
 ) -> RDBStorage:
-    """Open (and for SQLite create) the storage; any failure is one line naming the URL."""
-    kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if url.startswith("sqlite") else {}
+    """Open (and, the first time, create) the storage; any failure is one line naming the URL.
+
+    Workers started together on a fresh database race to create Optuna's tables. On SQLite
+    one process at a time opens it (a lock on its folder); a server's losers see a
+    duplicate-key error and succeed once the winner is done.
+    """
+    path = sqlite_path(url)
+    kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if path else {}
     for attempt in range(SCHEMA_RACE_RETRIES + 1):
         try:
-            with warnings.catch_warnings():
+            with _creation_lock(path), warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return RDBStorage(
                     url,
@@ -58,15 +62,20 @@ def open_storage(
                     grace_period=grace_period,
                 )
         except Exception as e:  # sqlalchemy, driver and OS errors alike: say which URL failed
-            # Workers opening a fresh database together race to create Optuna's tables;
-            # the losers see a duplicate-key error and succeed once the winner is done.
-            racing = "duplicate key" in str(e) or "already exists" in str(e)
+            racing = any(s in str(e) for s in ("duplicate key", "already exists", "UNIQUE"))
             if racing and attempt < SCHEMA_RACE_RETRIES:
                 time.sleep(0.5 * (attempt + 1))
                 continue
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SweepError(f"hydra.sweeper.storage={url!r}: cannot open it ({reason})") from None
+            raise SweepError(
+                f"hydra.sweeper.storage={url!r}: cannot open it ({first_line(e)})"
+            ) from None
     raise AssertionError("unreachable")
+
+
+def _creation_lock(path) -> contextlib.AbstractContextManager:
+    if path is None or not path.absolute().parent.is_dir():
+        return contextlib.nullcontext()  # a server, or a folder that does not exist: fails below
+    return flocked(path.absolute().parent)
 
 
 @contextlib.contextmanager
@@ -75,18 +84,14 @@ def exclusive(url: str) -> Iterator[None]:
 
     PostgreSQL and MySQL lock the trial's row (SELECT ... FOR UPDATE) when Optuna moves it
     WAITING -> RUNNING, so only one worker wins. SQLite ignores FOR UPDATE and two workers
-    can both win; for SQLite (one machine by nature) we take an flock on the database file,
-    which Linux keeps apart from the fcntl byte-range locks SQLite itself uses.
+    can both win; for SQLite (one machine by nature) we flock the database file.
     """
-    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+    path = sqlite_path(url)
+    if path is None:
         yield
         return
-    with open(url[len("sqlite:///") :], "rb") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with flocked(path):
+        yield
 
 
 def fail_stale_trials(study: optuna.Study, reason: str) -> list[FrozenTrial]:
@@ -95,18 +100,15 @@ def fail_stale_trials(study: optuna.Study, reason: str) -> list[FrozenTrial]:
     Like `optuna.storages.fail_stale_trials`, but the reason is written first (a finished
     trial's attrs are read-only), and exactly one racing worker wins each trial.
     """
-    storage = study._storage
-    if storage.get_heartbeat_interval() is None:
-        return []
     failed = []
-    for trial_id in storage._get_stale_trial_ids(study._study_id):
+    for trial_id in oa.stale_trial_ids(study):
         try:
-            storage.set_trial_user_attr(trial_id, "fail_reason", reason)
-            storage.set_trial_user_attr(trial_id, "interrupted", True)
-            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            oa.set_attr(study, trial_id, TrialAttr.FAIL_REASON, reason)
+            oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
+            oa.fail(study, trial_id)
         except UpdateFinishedTrialError:  # another worker (or the trial itself) got there first
             continue
-        failed.append(storage.get_trial(trial_id))
+        failed.append(oa.fresh(study, trial_id))
     return failed
 
 
@@ -115,18 +117,18 @@ class Heartbeat:
 
     The sweeper outlives every trial it launched (it waits for the launcher), so its
     heartbeat stops exactly when nothing will tell the study how those trials ended.
+    `in_flight` is asked at every beat: trials start and end while it runs.
     """
 
-    def __init__(self, storage: RDBStorage, trial_ids: Iterable[int]) -> None:
-        self.storage = storage
-        self.trial_ids = list(trial_ids)
-        self.interval = storage.heartbeat_interval
+    def __init__(self, study: optuna.Study, in_flight: Callable[[], Iterable[int]]) -> None:
+        self.study = study
+        self.in_flight = in_flight
+        self.interval = oa.storage_of(study).get_heartbeat_interval()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="optuna-heartbeat", daemon=True)
 
     def __enter__(self) -> Heartbeat:
         if self.interval is not None:
-            self._record()  # at once: a trial with no heartbeat yet is never found stale
             self._thread.start()
         return self
 
@@ -135,14 +137,16 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join()
 
-    def _record(self) -> None:
-        for trial_id in self.trial_ids:
-            self.storage.record_heartbeat(trial_id)
+    def beat(self, trial_ids: Iterable[int]) -> None:
+        """At once, e.g. when a trial starts: a trial with no heartbeat is never found stale."""
+        if self.interval is not None:
+            for trial_id in trial_ids:
+                oa.record_heartbeat(self.study, trial_id)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self._record()
+                self.beat(list(self.in_flight()))
             except Exception:  # a busy database skips one beat; the next one retries
                 continue
 

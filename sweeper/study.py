@@ -7,18 +7,18 @@ its plan and names the parent run last, and the others wait for that name before
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import RDBStorage
 
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper import records, slots
+from sweeper import runs, slots
 from sweeper.errors import SweepError
-from sweeper.pruning import KLPruneRule
+from sweeper.records import StudyAttr
 from sweeper.samplers import SamplerChoice
+from sweeper.settings import SweepSettings
 from sweeper.space import SearchSpace
 from sweeper.storage import wait_for
 
@@ -32,8 +32,7 @@ class StudySpec:
     name: str
     space: SearchSpace
     plan: SamplerChoice
-    rule: KLPruneRule
-    settings: GRPOSweeperConf
+    settings: SweepSettings
     experiment: str  # MLflow experiment
 
 
@@ -42,18 +41,19 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
     if spec.name in optuna.get_all_study_names(storage):
         study, created = _create_or_join(storage, spec)
     else:
-        parent = records.start_parent_run(spec.experiment, spec.name, run_params(spec))
+        parent = runs.start_parent_run(spec.experiment, spec.name, run_params(spec))
         study, created = _create_or_join(storage, spec)
         if created:
             slots.fill(study, spec.space, spec.plan)
             for key, value in study_attrs(spec, parent).items():
-                study.set_user_attr(key, value)  # mlflow_parent_run_id last
+                study.set_user_attr(key, value)  # the parent run id last
             return study, parent
-        records.delete_run(parent)  # another worker created the study a moment earlier
-    if not wait_for(lambda: "mlflow_parent_run_id" in study.user_attrs, 0.5, JOIN_TIMEOUT_S):
+        runs.delete_run(parent)  # another worker created the study a moment earlier
+    parent_key = StudyAttr.MLFLOW_PARENT_RUN_ID
+    if not wait_for(lambda: parent_key in study.user_attrs, 0.5, JOIN_TIMEOUT_S):
         raise SweepError(f"study {spec.name!r} has no MLflow parent run; use a new study_name")
-    parent = study.user_attrs["mlflow_parent_run_id"]
-    records.reopen_run(parent)
+    parent = study.user_attrs[parent_key]
+    runs.reopen_run(parent)
     slots.fill(study, spec.space, spec.plan)  # e.g. a resume with a larger n_trials
     return study, parent
 
@@ -77,38 +77,44 @@ def _create_or_join(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study,
 
 
 def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
-    """The study's user attrs (docs/records.md); jobs read their pruning rules here."""
-    s, rule = spec.settings, spec.rule
+    """The study's user attrs (sweeper/records.py); jobs read their rules here."""
+    s = spec.settings
     return {
-        "objective": s.objective,
-        "direction": s.direction,
-        "kl_metric": rule.metric,
-        "kl_threshold": rule.threshold,
-        "kl_patience": rule.patience,
-        "kl_warmup_steps": rule.warmup_steps,
-        "pruner": s.pruner,
-        "pruner_warmup_steps": s.pruner_warmup_steps,
-        "sampler": spec.plan.name,
-        "search_space": spec.space.specs,
-        "log_params": spec.space.log_params,
-        "fixed_overrides": spec.space.fixed,
-        "mlflow_tracking_uri": records.tracking_uri(),
-        "mlflow_experiment": spec.experiment,
-        "mlflow_parent_run_id": parent_run_id,  # last: joining workers wait for it
+        StudyAttr.OBJECTIVE: s.objective,
+        StudyAttr.DIRECTION: s.direction,
+        StudyAttr.HEALTH_RULES: [rule_as_dict(rule) for rule in s.health_rules],
+        StudyAttr.KL_THRESHOLD: s.kl_threshold,
+        StudyAttr.PRUNER: s.pruner,
+        StudyAttr.PRUNER_WARMUP_STEPS: s.pruner_warmup_steps,
+        StudyAttr.SAMPLER: spec.plan.name,
+        StudyAttr.SEEDS: s.seeds,
+        StudyAttr.SEARCH_SPACE: spec.space.specs,
+        StudyAttr.LOG_PARAMS: spec.space.log_params,
+        StudyAttr.FIXED_OVERRIDES: spec.space.fixed,
+        StudyAttr.MLFLOW_TRACKING_URI: runs.tracking_uri(),
+        StudyAttr.MLFLOW_EXPERIMENT: spec.experiment,
+        StudyAttr.MLFLOW_PARENT_RUN_ID: parent_run_id,  # last: joining workers wait for it
     }
 
 
+def rule_as_dict(rule: Any) -> dict[str, Any]:
+    """A health rule as JSON (Enum fields by value), as `rules_from_settings` reads it back."""
+    return {k: getattr(v, "value", v) for k, v in asdict(rule).items()}
+
+
 def run_params(spec: StudySpec) -> dict[str, Any]:
-    """The parent run's params: search space, sampler, pruner, objective."""
+    """The parent run's params: search space, sampler, pruning, objective, seeds."""
+    s = spec.settings
     params: dict[str, Any] = {f"search_space.{k}": v for k, v in spec.space.specs.items()}
     params.update(
         sampler=spec.plan.name,
-        pruner=spec.settings.pruner,
-        objective=spec.settings.objective,
-        direction=spec.settings.direction,
+        pruner=s.pruner,
+        objective=s.objective,
+        direction=s.direction,
         planned_trials=spec.plan.planned,
-        kl_metric=spec.rule.metric,
-        kl_threshold=spec.rule.threshold,
+        seeds=s.seeds,
+        health_rules=", ".join(rule.name for rule in s.health_rules) or "none",
+        kl_threshold=s.kl_threshold,
         fixed_overrides=" ".join(spec.space.fixed),
     )
     return params

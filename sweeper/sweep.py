@@ -1,10 +1,15 @@
-"""The sweep: check everything, open the study, then take -> launch -> tell until done.
+"""The sweep: check everything, open the study, then keep `n_jobs` training runs going.
 
 Several sweeper processes may run the same command against one storage (a shared
 PostgreSQL, or one SQLite file on a machine); the study is the only shared state. Its plan
-is a queue of slots (sweeper/slots.py) that each worker takes from, so a grid is covered
-once and TPE runs n_trials in total, whatever the number of workers. Interrupted trials
-(kill -9, Ctrl-C) are failed and their points queued again for any worker to take.
+is a queue of slots (sweeper/slots.py), one per configuration, that each worker takes from,
+so a grid is covered once and TPE runs n_trials in total, whatever the number of workers.
+
+Within a worker, each configuration runs as `seeds` jobs (one per seed), and `n_jobs` lanes
+launch jobs one at a time through Hydra's launcher: when a run ends or is pruned, its lane
+takes the next job at once, so no slot waits for a batch-mate (hydra#1954). Interrupted
+trials (kill -9, Ctrl-C, SIGTERM) are failed and their points queued again for any worker;
+with `save_every` set, the point resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -12,28 +17,36 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
+import signal
 import sys
 import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from optuna.trial import Trial, TrialState
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper import records, slots
+from sweeper import optuna_adapter as oa
+from sweeper import records, runs, slots
+from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say
-from sweeper.errors import SweepError, fail_reason
+from sweeper.errors import SweepError
 from sweeper.preflight import check_points, compose, one_line
-from sweeper.pruning import PRUNERS, KLPruneRule
+from sweeper.records import Replicate, State, TrialAttr
+from sweeper.replicates import combine, seeds_of
 from sweeper.samplers import SamplerChoice, choose_sampler
+from sweeper.settings import SweepSettings, resolve_settings
 from sweeper.space import SearchSpace, format_value, parse_space, show
-from sweeper.storage import Heartbeat, fail_stale_trials, open_storage, resolve_url
+from sweeper.storage import Heartbeat, fail_stale_trials, open_storage
 from sweeper.study import StudySpec, open_study
+from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.tracking import check_tracking_uri
 from trainer.validation import ConfigError
@@ -41,11 +54,42 @@ from trainer.validation import ConfigError
 log = logging.getLogger(__name__)
 
 STALE_REASON = "interrupted: its sweeper stopped (killed or lost) while it ran; queued again"
-CTRL_C_REASON = "interrupted (Ctrl-C); queued again"
+STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
 
 class FailureRateExceeded(SweepError):
     pass
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (preemption, a time limit, `docker stop`): handled like Ctrl-C."""
+
+
+@dataclass
+class Job:
+    """One training run: one seed of one configuration."""
+
+    trial: Trial
+    seed: int
+    replicate: int  # 0 for the first seed
+    overrides: list[str]
+
+
+@dataclass
+class InFlight:
+    """A configuration being trained: which of its seeds started and ended."""
+
+    trial: Trial
+    seeds: list[int]
+    config_run_id: str | None  # its MLflow run when it has several seeds
+    started: int = 0
+    ended: dict[int, JobReturn] = field(default_factory=dict)
+    stop: bool = False  # a seed broke: start no more seeds of it
+
+    @property
+    def done(self) -> bool:
+        all_started = self.stop or self.started == len(self.seeds)
+        return all_started and len(self.ended) == self.started
 
 
 class SweepRunner:
@@ -59,13 +103,13 @@ class SweepRunner:
         task_function: TaskFunction,
         config: DictConfig,
     ) -> None:
-        self.s = settings
+        self.conf = settings
         self.config = config
         self.config_loader = hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
-        self.in_flight: list[Trial] = []
+        self.in_flight: dict[int, InFlight] = {}
         self.best_written: int | None = None
 
     def sweep(self, arguments: list[str]) -> list[JobReturn]:
@@ -75,8 +119,11 @@ class SweepRunner:
             sys.exit(f"error: {e}")
 
     def _sweep(self, arguments: list[str]) -> list[JobReturn]:
-        self.space, self.plan, rule = self._plan(arguments)
-        self.url = resolve_url(self.s.storage)
+        self.s: SweepSettings = resolve_settings(self.conf, self.config.kl_threshold)
+        self.space = parse_space(self.s.params, arguments)
+        if self.s.seeds > 1 and "seed" in self.space.params:
+            raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
+        self.plan = choose_sampler(self.s.sampler, self.space, self.s.n_trials, self.s.seed)
         self.name = self.s.study_name or default_study_name(self.space, self.plan, self.s)
         checked = check_points(self.config_loader, self.config, self.space)
         log.info("Checked %d configurations of the search space", checked)
@@ -86,179 +133,287 @@ class SweepRunner:
                 f"{self.plan.planned} points; to run them all, confirm with "
                 f"hydra.sweeper.max_grid_size={self.plan.planned}"
             )
+        self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
         try:
             check_tracking_uri()
         except ConfigError as e:
             raise SweepError(str(e)) from None
-        self.storage = open_storage(self.url, self.s.heartbeat_interval, self.s.grace_period)
-        spec = StudySpec(self.name, self.space, self.plan, rule, self.s, self.config.experiment)
-        study, self.parent_run_id = open_study(self.storage, spec)
+        storage = open_storage(self.s.storage, self.s.heartbeat_interval, self.s.grace_period)
+        spec = StudySpec(self.name, self.space, self.plan, self.s, self.config.experiment)
+        study, self.parent_run_id = open_study(storage, spec)
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
-        say(f"[sweep {self.name}] {self.plan.name} over {swept}: {self.plan.planned} trials")
-        returns: list[JobReturn] = []
+        seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
+        say(f"[sweep {self.name}] {self.plan.name} over {swept}: {self.plan.planned} trials{seeds}")
+        previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
         try:
-            self._loop(study, returns)
-        except KeyboardInterrupt:
-            self._interrupted(study)
+            self._loop(study)
+        except KeyboardInterrupt as e:
+            self._interrupted(study, e)
         except FailureRateExceeded:
             self._finish(study, "FAILED")
             raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self._finish(study, "FINISHED")
-        return returns
+        return []
 
-    def _plan(self, arguments: list[str]) -> tuple[SearchSpace, SamplerChoice, KLPruneRule]:
-        s = self.s
-        space = parse_space(OmegaConf.to_container(OmegaConf.create(s.params)), arguments)
-        plan = choose_sampler(s.sampler, space, s.n_trials, s.seed)
-        for ok, name, rule in [
-            (s.direction in ("maximize", "minimize"), "direction", "maximize or minimize"),
-            (s.n_jobs >= 1, "n_jobs", "must be >= 1"),
-            (0 <= s.max_failure_rate <= 1, "max_failure_rate", "must be in [0, 1]"),
-            (s.pruner in PRUNERS, "pruner", f"must be one of {PRUNERS}"),
-            (s.heartbeat_interval >= 1, "heartbeat_interval", "must be >= 1"),
-        ]:
-            if not ok:
-                raise SweepError(f"hydra.sweeper.{name}={getattr(s, name)!r}: {rule}")
-        threshold = s.kl_threshold if s.kl_threshold is not None else self.config.kl_threshold
-        try:
-            rule = KLPruneRule(s.kl_metric, threshold, s.kl_patience, s.kl_warmup_steps)
-        except ValueError as e:
-            raise SweepError(f"hydra.sweeper.{e}") from None
-        return space, plan, rule
+    @property
+    def lanes(self) -> int:
+        """Runs at once: the basic launcher runs jobs in this process, one at a time."""
+        if type(self.launcher).__name__ == "BasicLauncher":
+            if self.s.n_jobs > 1:
+                log.warning(
+                    "hydra.sweeper.n_jobs=%d with the basic launcher runs one trial at a time; "
+                    "use hydra/launcher=joblib for %d at once",
+                    self.s.n_jobs,
+                    self.s.n_jobs,
+                )
+            return 1
+        return self.s.n_jobs
 
     def _finish(self, study: optuna.Study, status: str) -> None:
-        records.finish_parent_run(self.parent_run_id, study, status)
+        trials = study.get_trials(deepcopy=False)
+        best = records.best_trial(trials, self.s.maximize)
+        runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict="")
         print(final_table(study), flush=True)
-        say(progress_line(study, self.plan.planned))
+        say(progress_line(study, self.plan.planned, self.s.maximize))
 
     # --- the loop ---------------------------------------------------------------------
 
-    def _loop(self, study: optuna.Study, returns: list[JobReturn]) -> None:
-        while True:
-            if self.s.fail_stale_trials:
-                for trial in fail_stale_trials(study, STALE_REASON):
-                    self._give_back(study, trial, "FAILED")
-            counts = slots.Counts.of(study)
-            self._check_failures(counts)
-            trials = []
-            while len(trials) < self.s.n_jobs:
-                trial = self._take(study)
-                if trial is None:
-                    break
-                trials.append(trial)
-            if trials:
-                returns.extend(self._run_batch(study, trials))
-            elif counts.running and self.storage.heartbeat_interval:
-                say(progress_line(study, self.plan.planned) + "; waiting for other workers")
-                time.sleep(self.storage.heartbeat_interval)
-            else:
-                return
+    def _loop(self, study: optuna.Study) -> None:
+        pending: deque[Job] = deque()
+        running: dict[Future, Job] = {}
+        inline = self.lanes == 1 and type(self.launcher).__name__ == "BasicLauncher"
+        with (
+            ThreadPoolExecutor(self.lanes, thread_name_prefix="lane") as pool,
+            Heartbeat(study, self._in_flight_ids) as self.heartbeat,
+        ):
+            while True:
+                self._recover_stale(study)
+                self._check_failures(study)
+                job = None
+                while len(running) < self.lanes and (job := self._next_job(study, pending)):
+                    if inline:  # in this thread, so Ctrl-C and SIGTERM reach the training loop
+                        self._job_ended(study, job, self._launch(job), pending)
+                        break
+                    running[pool.submit(self._launch, job)] = job
+                if running:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        self._job_ended(study, running.pop(future), future.result(), pending)
+                elif job is None and not self.in_flight and not self._wait_for_others(study):
+                    return
 
-    def _check_failures(self, counts: slots.Counts) -> None:
-        if counts.failed > self.s.max_failure_rate * self.plan.planned:
+    def _in_flight_ids(self) -> list[int]:
+        return [oa.trial_id(f.trial) for f in list(self.in_flight.values())]
+
+    def _recover_stale(self, study: optuna.Study) -> None:
+        if self.s.fail_stale_trials:
+            for trial in fail_stale_trials(study, STALE_REASON):
+                self._give_back(study, trial)
+
+    def _wait_for_others(self, study: optuna.Study) -> bool:
+        """Nothing left to take; trials of other workers still run. True: look again."""
+        if not slots.Counts.of(study).running:
+            return False
+        say(
+            progress_line(study, self.plan.planned, self.s.maximize) + "; waiting for other workers"
+        )
+        time.sleep(self.s.heartbeat_interval)
+        return True
+
+    def _check_failures(self, study: optuna.Study) -> None:
+        failed = slots.Counts.of(study).failed
+        if failed > self.s.max_failure_rate * self.plan.planned:
             raise FailureRateExceeded(
-                f"{counts.failed} of {self.plan.planned} planned trials failed, more than "
+                f"{failed} of {self.plan.planned} planned trials failed, more than "
                 f"max_failure_rate={self.s.max_failure_rate} allows; see the table above"
             )
 
-    def _take(self, study: optuna.Study) -> Trial | None:
-        trial = slots.take(study, self.url, self.space.distributions)
-        if trial is not None:
-            if self.storage.heartbeat_interval:  # at once: a trial never beaten is never stale
-                self.storage.record_heartbeat(trial._trial_id)
-            trial.set_user_attr("overrides", self.space.overrides(trial.params))
-        return trial
+    def _next_job(self, study: optuna.Study, pending: deque[Job]) -> Job | None:
+        """A seed still to run of a configuration in flight, else a new configuration."""
+        while pending:
+            job = pending.popleft()
+            if not self.in_flight[job.trial.number].stop:
+                self.in_flight[job.trial.number].started += 1
+                return job
+        trial = slots.take(study, self.s.storage, self.space.distributions)
+        if trial is None:
+            return None
+        trial.set_user_attr(TrialAttr.OVERRIDES, self.space.overrides(trial.params))
+        seeds = seeds_of(self.config.seed, self.s.seeds)
+        config_run = None
+        if len(seeds) > 1:
+            config_run = runs.start_config_run(
+                self.config.experiment, self.parent_run_id, self.name, trial.number, trial.params
+            )
+            trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, config_run)
+        flight = InFlight(trial, seeds, config_run, started=1)
+        self.in_flight[trial.number] = flight
+        jobs = [Job(trial, s, i, self._job_overrides(flight, s, i)) for i, s in enumerate(seeds)]
+        self.heartbeat.beat([oa.trial_id(trial)])  # at once: a trial never beaten is never stale
+        pending.extend(jobs[1:])
+        say(f"[sweep {self.name}] t{trial.number} {show(trial.params)} started")
+        return jobs[0]
 
-    def _run_batch(self, study: optuna.Study, trials: list[Trial]) -> list[JobReturn]:
-        self.in_flight = trials
-        jobs = [self._job_overrides(t) for t in trials]
-        for t in trials:
-            say(f"[sweep {self.name}] t{t.number} {show(t.params)} started")
-        with Heartbeat(self.storage, [t._trial_id for t in trials]):
+    def _launch(self, job: Job) -> JobReturn:
+        """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
+        with self.devices.lease() as device:
+            overrides = job.overrides + ([f"model.device={device}"] if device else [])
             try:
-                returns = list(self.launcher.launch(jobs, initial_job_idx=trials[0].number))
+                return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
-                returns = [_failed_return(e) for _ in trials]
-        for trial, ret in zip(trials, returns, strict=True):
-            self._tell(study, trial, ret)
-            say(progress_line(study, self.plan.planned))
-        self.in_flight = []
-        self._update_tuned(study)
-        return returns
+                return oa.failed_return(RuntimeError(one_line(e)))
 
-    def _job_overrides(self, trial: Trial) -> list[str]:
+    def _job_overrides(self, flight: InFlight, seed: int, replicate: int) -> list[str]:
+        trial = flight.trial
         binding = {
-            "trial.id": trial._trial_id,
+            "trial.id": oa.trial_id(trial),
             "trial.number": trial.number,
-            "trial.storage": self.url,
+            "trial.replicate": replicate,
+            "trial.storage": self.s.storage,
             "trial.study": self.name,
-            "trial.parent_run_id": self.parent_run_id,
+            "trial.parent_run_id": flight.config_run_id or self.parent_run_id,
         }
         quoted = [f"{k}={_quote(v)}" for k, v in binding.items()]
-        subdir = f"hydra.sweep.subdir=t{trial.number}"  # outputs by trial number, across resumes
-        return [*self.space.overrides(trial.params), *quoted, subdir]
+        several = len(flight.seeds) > 1
+        seeded = [f"seed={seed}"] if several else []
+        subdir = f"hydra.sweep.subdir=t{trial.number}" + (f"-s{seed}" if several else "")
+        # A retried point continues in the interrupted run's folder, from its last checkpoint.
+        resume = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(seed))
+        resumed = [f"output_dir={_quote(resume['output_dir'])}", "resume=true"] if resume else []
+        return [*self.space.overrides(trial.params), *seeded, *quoted, subdir, *resumed]
 
-    def _tell(self, study: optuna.Study, trial: Trial, ret: JobReturn) -> None:
-        """The job's outcome into the study; its MLflow run the job closed itself."""
-        error = ret._return_value if ret.status == JobStatus.FAILED else None
-        if isinstance(error, optuna.TrialPruned):
+    def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
+        flight = self.in_flight[job.trial.number]
+        flight.ended[job.seed] = ret
+        if oa.job_error(ret) is not None:  # a seed broke: the configuration's verdict is in
+            flight.stop = True
+        if flight.done:
+            del self.in_flight[job.trial.number]
+            self._tell(study, flight)
+            say(progress_line(study, self.plan.planned, self.s.maximize))
+            self._update_tuned(study)
+
+    def _tell(self, study: optuna.Study, flight: InFlight) -> None:
+        """The configuration's outcome, from what its seeds recorded, into the study."""
+        trial = flight.trial
+        recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
+        for seed, ret in flight.ended.items():
+            mine = recorded.get(seed)
+            if mine is None or mine.state == State.RUNNING:  # its process died before recording
+                error = oa.job_error(ret) or RuntimeError("the job ended without a record")
+                recorded[seed] = _died(seed, mine, fail_reason(error))
+                runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
+        out = combine([recorded[s] for s in flight.ended], len(flight.seeds))
+        trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
+        if out.baseline is not None:
+            trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
+        if out.state == State.COMPLETE:
+            study.tell(trial, values=out.value)
+        elif out.state == State.PRUNED:
+            if out.breach is not None:
+                trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
             study.tell(trial, state=TrialState.PRUNED)
-            return
-        if error is None:
-            value = _as_float(ret.return_value)
-            if value is not None:
-                study.tell(trial, values=value)
-                return
-            error = ValueError(f"objective {ret.return_value!r} is not a finite number")
-        reason = fail_reason(error)
-        log.warning("t%d failed: %s", trial.number, reason)
-        trial.set_user_attr("fail_reason", reason)
-        study.tell(trial, state=TrialState.FAIL)
-        records.end_trial_run(trial.user_attrs.get("mlflow_run_id"), "FAILED", reason)
+        else:
+            log.warning("t%d failed: %s", trial.number, out.reason)
+            trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
+            study.tell(trial, state=TrialState.FAIL)
+        if flight.config_run_id:
+            runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
 
-    def _give_back(self, study: optuna.Study, trial, run_status: str) -> None:
-        """An interrupted trial: close its MLflow run and queue its point again."""
-        reason = trial.user_attrs.get("fail_reason", STALE_REASON)
-        records.end_trial_run(trial.user_attrs.get("mlflow_run_id"), run_status, reason)
-        slots.give_back(study, trial)
+    def _give_back(self, study: optuna.Study, trial, killed: bool = False) -> None:
+        """An interrupted trial: close its runs and queue its point again (to resume)."""
+        reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
+        resume_dirs = {}
+        for rep in records.replicates(trial):
+            runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
+            if rep.output_dir:
+                resume_dirs[str(rep.seed)] = {"output_dir": rep.output_dir, "run_id": rep.run_id}
+        runs.close_trial_run(
+            trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID), State.FAIL, reason, killed
+        )
+        slots.give_back(study, trial, resume_dirs)
         say(f"[sweep {self.name}] t{trial.number} was interrupted; its point is queued again")
 
-    def _interrupted(self, study: optuna.Study) -> None:
-        """Ctrl-C: fail the trials in flight (queued again), close the runs, exit non-zero."""
-        for trial in self.in_flight:
-            if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+    def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
+        """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
+        what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
+        _stop_child_processes()
+        for flight in list(self.in_flight.values()):
+            trial_id = oa.trial_id(flight.trial)
+            if oa.fresh(study, trial_id).state != TrialState.RUNNING:
                 continue
-            trial.set_user_attr("fail_reason", CTRL_C_REASON)
-            trial.set_user_attr("interrupted", True)
-            study.tell(trial, state=TrialState.FAIL)
-            self._give_back(study, study._storage.get_trial(trial._trial_id), "KILLED")
-        records.finish_parent_run(self.parent_run_id, study, "KILLED")
-        say(progress_line(study, self.plan.planned))
-        sys.exit(f"interrupted: study {self.name!r} is saved; resume with the same command")
+            oa.set_attr(
+                study, trial_id, TrialAttr.FAIL_REASON, f"interrupted ({what}); queued again"
+            )
+            oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
+            oa.fail(study, trial_id)
+            self._give_back(study, oa.fresh(study, trial_id), killed=True)
+        runs.finish_parent_run(
+            self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
+        )
+        say(progress_line(study, self.plan.planned, self.s.maximize))
+        sys.exit(
+            f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
+        )
 
     def _update_tuned(self, study: optuna.Study) -> None:
         """Rewrite tuned/<study>.yaml whenever the study has a new best trial."""
-        best = records.best_trial(study)
+        best = records.best_trial(study.get_trials(deepcopy=False), self.s.maximize)
         if best is None or best.number == self.best_written:
             return
-        overrides = best.user_attrs["overrides"]
+        overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        notes = tuned_notes(self.name, self.url, best, self.s.objective, self.s.direction)
+        notes = tuned_notes(self.name, self.s.storage, best, self.s.objective, self.s.direction)
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number
         say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
 
 
-def default_study_name(space: SearchSpace, plan: SamplerChoice, s: GRPOSweeperConf) -> str:
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(STOP_SIGNALS.get(signum, str(signum)))
+
+
+def _stop_child_processes(grace_s: float = 5.0) -> None:
+    """End local job processes (joblib's workers) so none trains on after the sweep stops."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        child.kill()
+
+
+def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
+    """The record of a seed whose job ended without writing one."""
+    return Replicate(
+        seed=seed,
+        state=State.FAIL,
+        value=None,
+        stderr=None,
+        steps_run=started.steps_run if started else 0,
+        baseline=started.baseline if started else None,
+        reason=reason,
+        run_id=started.run_id if started else None,
+    )
+
+
+def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings) -> str:
     """Stable for the same command: a hash of the sorted overrides and search settings."""
     swept = [f"{p.key}={p.spec}" for p in space.params.values()]
-    key = {
+    key: dict[str, Any] = {
         "overrides": sorted([*space.fixed, *swept]),
         "sampler": plan.name,
         "objective": s.objective,
         "direction": s.direction,
     }
+    if s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
+        key["seeds"] = s.seeds
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return f"grpo-{digest[:8]}"
 
@@ -268,18 +423,3 @@ def _quote(value: Any) -> str:
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return format_value(value)
-
-
-def _as_float(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _failed_return(error: Exception) -> JobReturn:
-    ret = JobReturn()
-    ret.status = JobStatus.FAILED
-    ret._return_value = RuntimeError(one_line(error))
-    return ret

@@ -19,10 +19,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
+from sweeper.job_config import BINDING_KEY
+from sweeper.records import TrialAttr
 from trainer.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"
-SWEEP_ONLY_GROUPS = ("search",)  # presets of the search itself, not training settings
+SWEEP_ONLY_GROUPS = ("search", "schema")  # the search's presets, the job's own schema
+NOT_TUNED_KEYS = (*BOOKKEEPING_KEYS, BINDING_KEY)  # where a run lives, not what it trains
 
 
 def tuned_path(study_name: str, root: Path | None = None) -> Path:
@@ -36,7 +39,7 @@ def tuned_notes(
     return {
         "study": f"{study} (storage {storage})",
         "best trial": f"t{trial.number}, {objective} = {trial.value:.4g} ({direction})",
-        "MLflow run": trial.user_attrs.get("mlflow_run_id", "-"),
+        "MLflow run": trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID, "-"),
         "reuse": f"python -m trainer +tuned={study}",
     }
 
@@ -83,7 +86,7 @@ def tuned_settings(cfg: DictConfig, overrides: list[str]) -> tuple[list[dict], d
             if key not in SWEEP_ONLY_GROUPS:
                 keyword = f"/{key}" if override.is_add() else f"override /{key}"
                 defaults[key] = {keyword: choices[key]}
-        elif key.split(".")[0] not in BOOKKEEPING_KEYS:
+        elif key.split(".")[0] not in NOT_TUNED_KEYS:
             OmegaConf.update(values, key, _value(cfg, key), merge=False)
     return list(defaults.values()), OmegaConf.to_container(values)
 

@@ -75,10 +75,11 @@ def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     (stale,) = fail_stale_trials(study, "interrupted: test")
     assert fail_stale_trials(study, "interrupted: test") == []  # only one worker wins it
     assert stale.state == TrialState.FAIL and stale.user_attrs["fail_reason"] == "interrupted: test"
-    slots.give_back(study, stale)
+    slots.give_back(study, stale, {"0": {"output_dir": "/x/t0", "run_id": "r0"}})
     counts = slots.Counts.of(study)
     assert (counts.failed, counts.waiting) == (0, 2)  # the interrupted trial counts for nothing
     rest = [slots.take(study, url, space.distributions) for _ in range(2)]
     assert sorted(t.params["group_size"] for t in rest) == [2, 4]
     (retry,) = [t for t in rest if "retry_of" in t.user_attrs]
     assert retry.user_attrs["retry_of"] == stale.number and retry.params == stale.params
+    assert retry.user_attrs["resume_dirs"] == {"0": {"output_dir": "/x/t0", "run_id": "r0"}}

@@ -7,13 +7,16 @@ import pickle
 
 import optuna
 import pytest
+from conftest import compose_conf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper.errors import SweepError
+from sweeper.health import HealthMonitor, HealthRule
 from sweeper.preflight import MAX_COMBINATIONS, points
-from sweeper.pruning import KLPruneRule, PruneReason, TrialPruned
+from sweeper.pruning import TrialPruned
 from sweeper.samplers import choose_sampler
+from sweeper.settings import resolve_settings
 from sweeper.space import parse_space
 from sweeper.storage import open_storage, resolve_url
 from sweeper.sweep import default_study_name
@@ -90,42 +93,50 @@ def test_auto_sampler_is_a_grid_for_choices_and_tpe_for_ranges():
     assert isinstance(tpe.sampler, optuna.samplers.TPESampler)
     with pytest.raises(SweepError, match="continuous range"):
         choose_sampler("grid", parse_space({}, ["b=interval(0,1)"]), 5, None)
-    with pytest.raises(SweepError, match="must be one of"):
-        choose_sampler("bayes", parse_space({}, ["a=1,2"]), 5, None)
 
 
-def test_kl_rule_prunes_over_threshold_after_warmup_and_patience():
-    rule = KLPruneRule("kl_sample_train_v2", threshold=0.01, patience=2, warmup_steps=1)
-    kl = "kl_sample_train_v2"
-    assert rule.check(0, {"eval/reward/mean": 0.4}) is None  # baseline step: no KL yet
-    assert rule.check(1, {kl: 5.0}) is None  # warm-up
-    assert rule.check(2, {kl: 0.02}) is None  # first step over: patience 2
-    assert rule.check(3, {kl: 0.001}) is None  # back under: the streak resets
-    assert rule.check(4, {kl: 0.02}) is None
-    assert rule.check(5, {kl: float("nan")}) is None  # NaN is the trainer's to fail
-    reason = rule.check(6, {kl: 0.03})
-    assert reason == PruneReason(kl, 0.03, 6, 0.01)
-    assert str(reason) == "kl_sample_train_v2=0.03 > 0.01 at step 6"
-
-
-def test_kl_rule_ignores_other_metrics_and_rejects_bad_settings():
-    rule = KLPruneRule("kl_policy_ref", threshold=0.1)
-    assert rule.check(3, {"kl_sample_train_v2": 9.0}) is None  # not the metric it watches
-    assert rule.check(3, {"kl_policy_ref": 0.2}).value == 0.2
-    with pytest.raises(ValueError, match="kl_metric"):
-        KLPruneRule("kl", 0.01)
-    with pytest.raises(ValueError, match="kl_threshold"):
-        KLPruneRule("kl_sample_train_v1", 0.0)
-
-
-def test_prune_exception_survives_pickling_for_process_launchers():
-    error = pickle.loads(pickle.dumps(TrialPruned(PruneReason("kl_sample_train_v2", 0.5, 2, 0.01))))
+def test_prune_exception_carries_its_breach_through_pickling_for_process_launchers():
+    rule = HealthRule(name="kl", metric="kl_pre_post_v2", check="above", bound=0.01)
+    breach = HealthMonitor([rule]).check(2, {"kl_pre_post_v2": 0.5})
+    error = pickle.loads(pickle.dumps(TrialPruned(breach)))
     assert isinstance(error, optuna.TrialPruned)
-    assert error.reason.step == 2
+    assert error.breach == breach and error.breach.step == 2
+    assert str(error) == str(breach)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"n_trials": 0}, "hydra.sweeper.n_trials=0: must be >= 1"),
+        ({"seeds": 0}, "hydra.sweeper.seeds=0: must be >= 1"),
+        ({"n_jobs": 0}, "hydra.sweeper.n_jobs=0: must be >= 1"),
+        ({"max_failure_rate": 2.0}, "hydra.sweeper.max_failure_rate=2.0: must be in [0, 1]"),
+        ({"grace_period": 10}, "hydra.sweeper.grace_period=10: must be longer than heartbeat"),
+        ({"kl_threshold": 0.0}, "hydra.sweeper.kl_threshold=0.0: must be > 0"),
+        ({"storage": "foo"}, "hydra.sweeper.storage='foo': not a database URL"),
+        ({"health": {"a": 1}}, "hydra.sweeper.health={'a': 1}: must be a list of rules, or null"),
+    ],
+)
+def test_sweeper_settings_are_checked_once_with_one_line_errors(setting, message):
+    with pytest.raises(SweepError) as error:
+        resolve_settings(GRPOSweeperConf(**setting), config_kl_threshold=0.01)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_settings_resolve_the_kl_threshold_and_health_rules():
+    s = resolve_settings(GRPOSweeperConf(), config_kl_threshold=0.02)
+    assert s.kl_threshold == 0.02 and s.health_rules and s.maximize
+    assert resolve_settings(GRPOSweeperConf(health=[]), 0.01).health_rules == ()
+
+
+def test_a_misspelt_choice_fails_when_the_config_is_composed():
+    with pytest.raises(Exception, match="bayes"):
+        compose_conf("hydra.sweeper.sampler=bayes", config_name="sweep", hydra_node=True)
 
 
 def test_default_study_name_is_stable_and_order_free():
-    s = GRPOSweeperConf()
+    s = resolve_settings(GRPOSweeperConf(), config_kl_threshold=0.01)
     a = parse_space({}, ["group_size=4,8", "lr=1e-5,2e-5", "max_steps=3"])
     b = parse_space({}, ["max_steps=3", "lr=1e-5,2e-5", "group_size=4,8"])
     plan = choose_sampler("auto", a, 10, None)

@@ -25,14 +25,17 @@ def run_name(cfg: DictConfig) -> str:
     return " ".join(overrides) or "defaults"
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
+def train_and_log(cfg: DictConfig) -> float:
+    """One training run with its own MLflow run; returns the final eval reward.
+
+    Bad settings exit with one line before the MLflow run exists, so they leave nothing.
+    """
     try:
-        validate(cfg)  # before the MLflow run exists: a bad setting leaves nothing behind
+        validate(cfg)
         check_tracking_uri()
     except ConfigError as e:
         sys.exit(f"error: {e}")
-    run = MLflowRun(cfg.experiment, run_name(cfg), tags={"sweeper.role": "single"})
+    run = MLflowRun(cfg.experiment, run_name(cfg))
     run.log_training_config(cfg)
     status = "FAILED"
     try:
@@ -53,6 +56,11 @@ def main(cfg: DictConfig) -> float:
         run.run_id,
     )
     return result.final_eval
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    return train_and_log(cfg)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,11 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return states[-1] if states else None
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint (`.../step_000020/state.pt`) was taken after."""
+    return int(path.parent.name.removeprefix("step_"))
+
+
 def load_checkpoint(path: Path, policy: Policy, optimizer, scheduler, rng: random.Random) -> int:
     """Restore everything saved by save_checkpoint; returns the step it was taken after."""
     state = torch.load(path, map_location="cpu", weights_only=False)

@@ -58,20 +58,6 @@ class SamplerConfig:
 
 
 @dataclass
-class TrialBinding:
-    """Filled in by the sweeper so a job in any process can reach its live Optuna trial.
-
-    Leave empty for a single run; never part of the tuned config.
-    """
-
-    id: int | None = None  # Optuna trial id in the storage
-    number: int | None = None  # the trial's number within its study
-    storage: str | None = None  # Optuna storage URL
-    study: str | None = None  # study name
-    parent_run_id: str | None = None  # MLflow run id of the study's parent run
-
-
-@dataclass
 class TrainConfig:
     # --- groups (one per axis of variation) ---
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -128,13 +114,16 @@ class TrainConfig:
     # --- bookkeeping ---
     output_dir: str = "outputs/run"  # adapter, resolved config and checkpoints go here
     experiment: str = "grpo"  # MLflow experiment name
-    trial: TrialBinding = field(default_factory=TrialBinding)
 
 
 def register_configs() -> None:
-    """Register the schemas; YAML files in conf/ extend them by name."""
+    """Register the schemas; YAML files in conf/ extend them by name.
+
+    The root schema is a config group (`schema`), so an app can extend it: the sweeper's job
+    selects its own subclass with `override schema: ...` (see conf/sweep.yaml).
+    """
     cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="schema", name="train", node=TrainConfig, package="_global_")
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="loss", name="loss_schema", node=LossConfig)
     cs.store(group="sampler", name="sampler_schema", node=SamplerConfig)

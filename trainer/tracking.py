@@ -1,12 +1,13 @@
 """MLflow logging shared by single runs (`python -m trainer`) and sweep trials.
 
 We log through MlflowClient with explicit run ids rather than MLflow's global active run, so
-a sweep trial running in the sweeper's own process never mixes with the study's parent run.
+several runs can be open in one process without mixing (a caller may hold a parent run).
 The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import urllib.request
@@ -20,10 +21,11 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.validation import ConfigError
+from trainer.locks import flocked
+from trainer.validation import ConfigError, first_line
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
-BOOKKEEPING_KEYS = ("output_dir", "trial", "resume", "experiment")
+BOOKKEEPING_KEYS = ("output_dir", "resume", "experiment")
 
 
 def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
@@ -60,11 +62,27 @@ def check_tracking_uri(uri: str | None = None) -> str:
         else:
             MlflowClient(uri).search_experiments(max_results=1)
     except Exception as e:  # any failure here means no run could be logged
-        reason = str(getattr(e, "reason", None) or e).strip().splitlines()[0][:200]
+        reason = first_line(getattr(e, "reason", None) or e)[:200]
         raise ConfigError(
             f"MLFLOW_TRACKING_URI={uri!r}: cannot use this tracking store ({reason})"
         ) from None
     return uri
+
+
+@functools.cache
+def tracking_client(uri: str | None = None) -> MlflowClient:
+    """A client whose store exists: a fresh SQLite store is created by one process at a time.
+
+    MLflow creates and migrates a new SQLite store on first use; two processes doing it at
+    once fail ("duplicate column", "Online migration expected to match one row"). Workers of a
+    sweep start together, so creation happens under a lock on the database's folder.
+    """
+    uri = uri or mlflow.get_tracking_uri()
+    client = MlflowClient(uri)
+    if urlparse(uri).scheme == "sqlite":
+        with flocked(Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent):
+            client.search_experiments(max_results=1)
+    return client
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
@@ -88,7 +106,7 @@ class MLflowRun:
         tags: Mapping[str, str] | None = None,
         client: MlflowClient | None = None,
     ) -> None:
-        self.client = client or MlflowClient()
+        self.client = client or tracking_client()
         all_tags = dict(tags or {})
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
@@ -96,6 +114,14 @@ class MLflowRun:
             experiment_id(self.client, experiment), run_name=run_name, tags=all_tags
         )
         self.run_id = run.info.run_id
+
+    @classmethod
+    def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
+        """Continue an existing run (e.g. a resumed training): its curves go on unbroken."""
+        run = cls.__new__(cls)
+        run.client, run.run_id = client or tracking_client(), run_id
+        run.client.update_run(run_id, status="RUNNING")
+        return run
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         items = [Param(k, str(v)[:6000]) for k, v in params.items()]

@@ -27,6 +27,13 @@ class ConfigError(ValueError):
     """A setting that cannot work; the message names the parameter, the value and the rule."""
 
 
+def first_line(error: BaseException) -> str:
+    """An exception's first line of text (its type's name when it has none): what a person
+    reads of an error in a one-line message."""
+    lines = str(error).strip().splitlines()
+    return lines[0].strip() if lines else type(error).__name__
+
+
 def _fail(name: str, value: Any, rule: str) -> None:
     raise ConfigError(f"{name}={value!r}: {rule}")
 

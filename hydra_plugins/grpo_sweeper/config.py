@@ -1,12 +1,38 @@
 """Settings of the GRPO sweeper (`hydra.sweeper.*`), registered as `hydra/sweeper=grpo_optuna`.
 
-Every field can be set on the command line, e.g. `hydra.sweeper.n_trials=20`. Kept free of
-heavy imports: Hydra imports this module whenever it scans its plugins.
+Every field can be set on the command line, e.g. `hydra.sweeper.n_trials=20`. Choices are
+Enums, so a misspelt one fails when Hydra composes the config; the other rules are checked
+once, in sweeper/settings.py. Kept free of heavy imports: Hydra imports this module whenever
+it scans its plugins.
 """
 
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
+
+class Sampler(str, Enum):
+    auto = "auto"  # only discrete choices -> grid (each combination once), any range -> tpe
+    grid = "grid"
+    tpe = "tpe"
+    random = "random"
+    gp = "gp"
+    cmaes = "cmaes"
+
+
+class Direction(str, Enum):
+    maximize = "maximize"
+    minimize = "minimize"
+
+
+class Pruner(str, Enum):
+    """Pruning on the objective at eval steps, on top of the health rules."""
+
+    none = "none"
+    median = "median"
+    hyperband = "hyperband"
 
 
 @dataclass
@@ -17,14 +43,21 @@ class GRPOSweeperConf:
     # Search-space presets, {key: spec}, e.g. {lr: "tag(log, interval(1e-4, 1e-2))"}; the
     # command line wins for a key given in both. conf/search/*.yaml fill this in.
     params: dict[str, str] = field(default_factory=dict)
-    # auto: only discrete choices -> grid (each combination once), any range -> tpe.
-    # Or: grid, tpe, random, gp, cmaes.
-    sampler: str = "auto"
+    sampler: Sampler = Sampler.auto
     seed: int | None = None  # seeds tpe/random/gp/cmaes; the grid order is always fixed
-    direction: str = "maximize"  # maximize or minimize the objective
+    direction: Direction = Direction.maximize
     objective: str = "eval/reward/mean"  # metric returned by a trial: its last value
-    n_trials: int = 20  # trials in total for tpe/random/gp/cmaes (all workers together)
-    n_jobs: int = 1  # trials launched per batch (the launcher may run them in parallel)
+    n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
+    # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
+    # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
+    seeds: int = 1
+    # Training runs at once in this process. With hydra/launcher=joblib (or a cluster
+    # launcher) each runs in its own process, and a slot freed by a pruned or finished run is
+    # refilled at once. The basic launcher runs one at a time.
+    n_jobs: int = 1
+    # One run per GPU: a pool such as [cuda:0, cuda:1] (or [0, 1]); each run at once gets its
+    # own device as model.device and gives it back when it ends. null: no pool.
+    devices: list[str] | None = None
     # The sweep stops once failed trials exceed this fraction of the planned trials
     # (n_trials, or the grid size). Pruned trials are not failures.
     max_failure_rate: float = 0.5
@@ -42,17 +75,14 @@ class GRPOSweeperConf:
     fail_stale_trials: bool = True  # fail stale trials on start and rerun their points
 
     # --- pruning ---
-    # A trial is pruned once `kl_metric` exceeds `kl_threshold` on `kl_patience` consecutive
-    # steps after `kl_warmup_steps`. kl_sample_train_v2 = 0.5 mean(d^2) is never negative and
-    # has less variance than v1 = mean(d), whose positive and negative token terms cancel; the
-    # 0.01 rule of thumb is about this sampler-vs-learner KL. kl_policy_ref (the drift from the
-    # reference, only logged when kl_penalty_coef > 0) is the other option.
-    kl_metric: str = "kl_sample_train_v2"
-    kl_threshold: float | None = None  # null: the job config's kl_threshold (0.01)
-    kl_patience: int = 1  # consecutive steps over the threshold before pruning
-    kl_warmup_steps: int = 0  # steps exempt from the KL check at the start
-    # Pruning on the objective at eval steps: none, median or hyperband.
-    pruner: str = "none"
+    # Health rules checked after every training step; the first that fires prunes the trial
+    # and is recorded (rule, value, bound, step). null: the calibrated defaults of
+    # sweeper/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
+    # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
+    # below_baseline), bound, patience, warmup_steps, advice}.
+    health: Any = None
+    kl_threshold: float | None = None  # bound of the default KL rules; null: the config's (0.01)
+    pruner: Pruner = Pruner.none
     pruner_warmup_steps: int = 1  # no objective pruning before this step (0 is the baseline)
 
 

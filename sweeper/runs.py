@@ -1,0 +1,132 @@
+"""The sweep's MLflow runs: the study's parent run, and how every trial run ends.
+
+`close_trial_run` is the one place a trial's run gets its final tags and status, whoever
+closes it: the job when training ends, or the sweeper when the job could not (its process
+died, Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mlflow
+from mlflow.tracking import MlflowClient
+from optuna.trial import FrozenTrial
+
+from sweeper.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
+from sweeper.space import show
+from trainer.tracking import MLflowRun, tracking_client
+
+
+def tracking_uri() -> str:
+    """MLflow's tracking URI with any SQLite path made absolute, for jobs in other dirs."""
+    return absolute_url(mlflow.get_tracking_uri())
+
+
+def trial_run_name(number: int, params: Mapping[str, Any], seed: int | None = None) -> str:
+    """`t3 group_size=8 lr=2e-05` (`... seed=1` for one seed of several): readable in the UI."""
+    seed_part = f" seed={seed}" if seed is not None else ""
+    return f"t{number} {show(params)}".rstrip() + seed_part
+
+
+def start_parent_run(experiment: str, study: str, params: Mapping[str, Any]) -> str:
+    run = MLflowRun(
+        experiment,
+        run_name=study,
+        tags={Tag.ROLE: Role.STUDY, Tag.STUDY: study},
+        client=tracking_client(tracking_uri()),
+    )
+    run.log_params(params)
+    return run.run_id
+
+
+def start_config_run(
+    experiment: str, parent_run_id: str, study: str, number: int, params: Mapping[str, Any]
+) -> str:
+    """A configuration run with several seeds: its seeds' training runs nest under it."""
+    run = MLflowRun(
+        experiment,
+        run_name=trial_run_name(number, params),
+        parent_run_id=parent_run_id,
+        tags={Tag.ROLE: Role.CONFIG, Tag.STUDY: study, Tag.TRIAL_NUMBER: str(number)},
+        client=tracking_client(tracking_uri()),
+    )
+    run.log_params(params)
+    return run.run_id
+
+
+def close_config_run(run_id: str, outcome: Any, seeds: Sequence[Any]) -> None:
+    """The configuration's mean objective and seeds, then its ending (as a trial run's)."""
+    client = tracking_client(tracking_uri())
+    if outcome.value is not None:
+        client.log_metric(run_id, "objective/mean", outcome.value)
+    client.log_metric(run_id, "seeds/ended", len(seeds))
+    close_trial_run(run_id, outcome.state, outcome.reason, client=client)
+
+
+def reopen_run(run_id: str) -> None:
+    """A resumed sweep marks its parent run RUNNING again until it ends."""
+    tracking_client(tracking_uri()).update_run(run_id, status="RUNNING")
+
+
+def delete_run(run_id: str) -> None:
+    tracking_client(tracking_uri()).delete_run(run_id)
+
+
+def close_trial_run(
+    run_id: str | None,
+    state: str,
+    reason: str = "",
+    killed: bool = False,
+    client: MlflowClient | None = None,
+) -> None:
+    """Tag a trial run with its outcome and end it; a run already ended keeps its status.
+
+    state: State.*; killed ends a FAIL as KILLED (a person stopped it, nothing broke).
+    """
+    if not run_id:
+        return
+    client = client or tracking_client(tracking_uri())
+    tags = {Tag.STATE: state}
+    if state == State.PRUNED:
+        tags[Tag.PRUNE_REASON] = reason
+    elif state == State.FAIL:
+        tags[Tag.FAIL_REASON] = reason
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    if client.get_run(run_id).info.status == "RUNNING":
+        client.set_terminated(run_id, status="KILLED" if killed else RUN_STATUS[state])
+
+
+def finish_parent_run(
+    run_id: str, trials: Sequence[FrozenTrial], best: FrozenTrial | None, status: str, verdict: str
+) -> None:
+    """Best trial, the verdict, trials.csv and the final status on the study's parent run."""
+    client = tracking_client(tracking_uri())
+    if best is not None:
+        client.log_metric(run_id, "best_value", best.value)
+        client.log_metric(run_id, "best_trial", best.number)
+        client.set_tag(run_id, Tag.BEST_PARAMS, json.dumps(best.params))
+    if verdict:
+        client.set_tag(run_id, Tag.VERDICT, verdict[:5000])
+        client.log_text(run_id, verdict + "\n", "verdict.txt")
+    client.log_text(run_id, trials_csv(trials), "trials.csv")
+    client.set_terminated(run_id, status=status)
+
+
+def trials_csv(trials: Sequence[FrozenTrial]) -> str:
+    names = sorted({k for t in trials for k in t.params})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    header = ["number", "state", "value", *names, TrialAttr.STEPS_RUN, "note", "mlflow_run_id"]
+    writer.writerow(header)
+    for t in trials:
+        params = [t.params.get(n, "") for n in names]
+        attrs = t.user_attrs
+        row = [t.number, t.state.name, t.value, *params, attrs.get(TrialAttr.STEPS_RUN, "")]
+        writer.writerow([*row, trial_note(t), attrs.get(TrialAttr.MLFLOW_RUN_ID, "")])
+    return out.getvalue()

@@ -1,0 +1,120 @@
+"""The sweeper's settings, resolved and checked once, before anything is created.
+
+Choices (sampler, direction, pruner) are Enums in the registered config and fail when Hydra
+composes it; every other rule is here, each failing with one line naming the setting, its
+value and the rule, like trainer/validation.py does for the training config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper.errors import SweepError
+from sweeper.health import HealthRule, default_rules, rules_from_settings
+from sweeper.storage import resolve_url
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    params: dict[str, str]
+    sampler: str
+    seed: int | None
+    direction: str
+    objective: str
+    n_trials: int
+    seeds: int
+    n_jobs: int
+    max_failure_rate: float
+    max_grid_size: int
+    storage: str  # absolute URL
+    study_name: str | None
+    heartbeat_interval: int
+    grace_period: int | None
+    fail_stale_trials: bool
+    health_rules: tuple[HealthRule, ...]
+    kl_threshold: float
+    pruner: str
+    pruner_warmup_steps: int
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+
+def _require(ok: bool, name: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise SweepError(f"hydra.sweeper.{name}={value!r}: {rule}")
+
+
+def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> SweepSettings:
+    """Check every setting and fill in the defaults that depend on the job's config."""
+    _require(conf.n_trials >= 1, "n_trials", conf.n_trials, "must be >= 1")
+    _require(conf.seeds >= 1, "seeds", conf.seeds, "must be >= 1")
+    _require(conf.n_jobs >= 1, "n_jobs", conf.n_jobs, "must be >= 1")
+    rate = conf.max_failure_rate
+    _require(0 <= rate <= 1, "max_failure_rate", rate, "must be in [0, 1]")
+    _require(conf.max_grid_size >= 1, "max_grid_size", conf.max_grid_size, "must be >= 1")
+    beat = conf.heartbeat_interval
+    _require(beat >= 1, "heartbeat_interval", beat, "must be >= 1")
+    grace = conf.grace_period
+    _require(
+        grace is None or grace > beat,
+        "grace_period",
+        grace,
+        f"must be longer than heartbeat_interval={beat}",
+    )
+    _require(
+        conf.pruner_warmup_steps >= 0,
+        "pruner_warmup_steps",
+        conf.pruner_warmup_steps,
+        "must be >= 0",
+    )
+    threshold = conf.kl_threshold if conf.kl_threshold is not None else config_kl_threshold
+    _require(threshold > 0, "kl_threshold", threshold, "must be > 0")
+    return SweepSettings(
+        params=dict(_plain(conf.params) or {}),
+        sampler=_value(conf.sampler),
+        seed=conf.seed,
+        direction=_value(conf.direction),
+        objective=conf.objective,
+        n_trials=conf.n_trials,
+        seeds=conf.seeds,
+        n_jobs=conf.n_jobs,
+        max_failure_rate=rate,
+        max_grid_size=conf.max_grid_size,
+        storage=resolve_url(conf.storage),
+        study_name=conf.study_name,
+        heartbeat_interval=beat,
+        grace_period=grace,
+        fail_stale_trials=conf.fail_stale_trials,
+        health_rules=_health_rules(conf.health, threshold),
+        kl_threshold=threshold,
+        pruner=_value(conf.pruner),
+        pruner_warmup_steps=conf.pruner_warmup_steps,
+    )
+
+
+def _health_rules(given: Any, kl_threshold: float) -> tuple[HealthRule, ...]:
+    if given is None:
+        return tuple(default_rules(kl_threshold))
+    given = _plain(given)
+    _require(isinstance(given, list), "health", given, "must be a list of rules, or null")
+    try:
+        return tuple(rules_from_settings(given, kl_threshold))
+    except (ValueError, TypeError) as e:
+        raise SweepError(str(e)) from None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DictConfig | ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _value(choice: Any) -> str:
+    """An Enum setting as its string (Hydra hands over the member, tests may pass a str)."""
+    return str(getattr(choice, "value", choice))
