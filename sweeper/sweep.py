@@ -260,7 +260,7 @@ class SweepRunner:
     def _launch(self, job: Job) -> JobReturn:
         """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
         with self.devices.lease() as device:
-            overrides = job.overrides + ([f"model.device={device}"] if device else [])
+            overrides = job.overrides + ([f"model.device={_quote(device)}"] if device else [])
             try:
                 return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)

@@ -84,11 +84,12 @@ def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):
         ]
         assert t.user_attrs["baseline_reward"] == t.intermediate_values[0]
         if t.state == optuna.trial.TrialState.PRUNED:
-            reason = t.user_attrs["prune_reason"]
-            assert reason["metric"] == "kl_sample_train_v2" and reason["threshold"] == 0.01
-            assert reason["value"] > 0.01 and reason["step"] == t.user_attrs["steps_run"] <= 2
+            breach = t.user_attrs["prune_reason"]  # the health rule that fired
+            assert breach["metric"] in ("kl_sample_train_v2", "kl_pre_post_v2")
+            assert breach["bound"] == 0.01 and breach["value"] > 0.01
+            assert breach["step"] == t.user_attrs["steps_run"] <= 2
         else:
-            assert t.user_attrs["steps_run"] == 3 and t.user_attrs["final_kl"] < 0.01
+            assert t.user_attrs["steps_run"] == 3
             assert sorted(t.intermediate_values) == [0, 2, 3]  # baseline and eval steps
             assert t.value == t.intermediate_values[3]
     attrs = study.user_attrs
@@ -103,7 +104,7 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["sweeper.role"] == "study"
     assert parent.data.params["search_space.lr"] == "1e-3,0.5"
-    assert parent.data.metrics["best_value"] == best_trial(study).value
+    assert parent.data.metrics["best_value"] == best_trial(study.trials, maximize=True).value
     assert len(runs) == 4
     client = MlflowClient(f"sqlite:///{grid_dir}/mlflow.db")
     for t in study.trials:
@@ -121,7 +122,7 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
         assert [m.step for m in history] == list(range(1, t.user_attrs["steps_run"] + 1))
         if t.state.name == "PRUNED":
             assert run.info.status == "KILLED"
-            assert tags["sweeper.prune_reason"].startswith("kl_sample_train_v2=")
+            assert "kl_" in tags["sweeper.prune_reason"] and "> 0.01 at step" in tags["sweeper.prune_reason"]
         else:
             assert run.info.status == "FINISHED"
             evals = client.get_metric_history(run.info.run_id, "eval/reward/mean")
@@ -140,7 +141,7 @@ def test_rerunning_a_finished_grid_adds_no_trial(grid_dir):
 
 def test_tuned_config_is_the_best_trial_and_trains(grid_dir):
     study = only_study(grid_dir)
-    best = best_trial(study)
+    best = best_trial(study.trials, maximize=True)
     text = (grid_dir / "tuned" / f"{study.study_name}.yaml").read_text()
     assert text.startswith("# @package _global_")
     assert f"trial: t{best.number}" in text and best.user_attrs["mlflow_run_id"] in text
@@ -239,6 +240,7 @@ def _wait_for_training(cwd: Path, count: int, timeout: float = 120) -> None:
 def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
     args = ["group_size=2,4", "batch_size=4", "max_steps=40", "eval_every=0", "task.eval_size=16"]
     args += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+    args += ["hydra.sweeper.health=[]"]  # about interruption: no trial stops early on its own
     command = [sys.executable, "-m", "sweeper", "-m", *args]
 
     def start() -> subprocess.Popen:

@@ -78,10 +78,11 @@ def tracking_client(uri: str | None = None) -> MlflowClient:
     sweep start together, so creation happens under a lock on the database's folder.
     """
     uri = uri or mlflow.get_tracking_uri()
-    client = MlflowClient(uri)
-    if urlparse(uri).scheme == "sqlite":
-        with flocked(Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent):
-            client.search_experiments(max_results=1)
+    if urlparse(uri).scheme != "sqlite":
+        return MlflowClient(uri)
+    with flocked(Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent):
+        client = MlflowClient(uri)  # the store is created here
+        client.search_experiments(max_results=1)
     return client
 
 

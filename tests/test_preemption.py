@@ -1,0 +1,108 @@
+"""What a cluster does to a sweep: SIGTERM (preemption, a time limit, `docker stop`) and a lost
+host (kill -9). Either way nothing is left RUNNING once it is handled, the same command
+completes the grid with every point once, and an interrupted point resumes from its last
+checkpoint, continuing the same MLflow run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeper import records
+from sweeper.records import State, TrialAttr
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["group_size=2,4", "batch_size=4", "max_steps=30", "eval_every=0", "task.eval_size=16"]
+ARGS += ["save_every=3", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+ARGS += ["hydra.sweeper.health=[]"]  # about preemption: no trial may stop early on its own
+
+
+def _start(cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeper", "-m", *ARGS],
+        cwd=cwd,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_checkpoint(cwd: Path, timeout: float = 180) -> None:
+    """Until a trial has saved its second checkpoint: a signal now lands mid-training."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if list(cwd.glob("multirun/*/*/t*/checkpoints/step_000006/state.pt")):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("no trial reached its second checkpoint")
+
+
+def _study(cwd: Path) -> optuna.Study:
+    storage = f"sqlite:///{cwd}/sweeps.db"
+    (name,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _runs(cwd: Path) -> list:
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    return client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
+
+
+def _resumes_and_completes(cwd: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", *ARGS],
+        cwd=cwd,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = _study(cwd).trials
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["group_size"] for t in completed) == [2, 4]  # every point once
+    (retry,) = [t for t in completed if TrialAttr.RETRY_OF in t.user_attrs]
+    (seed_run,) = records.replicates(retry)
+    assert seed_run.resumed_from_step is not None and seed_run.resumed_from_step >= 6
+    assert seed_run.state == State.COMPLETE and seed_run.steps_run == 30
+    # the interrupted run continued: one MLflow run holds the whole curve, steps 1..30
+    interrupted = next(t for t in trials if t.number == retry.user_attrs[TrialAttr.RETRY_OF])
+    assert interrupted.user_attrs[TrialAttr.MLFLOW_RUN_ID] == seed_run.run_id
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    steps = {m.step for m in client.get_metric_history(seed_run.run_id, "reward/mean")}
+    assert steps == set(range(1, 31))
+    assert all(r.info.status != "RUNNING" for r in _runs(cwd))
+
+
+def test_sigterm_closes_everything_at_once_and_the_point_resumes(tmp_path):
+    sweep = _start(tmp_path)
+    _wait_for_checkpoint(tmp_path)
+    signalled = time.monotonic()
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=30)
+    assert time.monotonic() - signalled < 10
+    assert sweep.returncode != 0
+    assert "interrupted (SIGTERM)" in stderr and "resume with the same command" in stderr
+    # at once, with no grace period to wait for: nothing RUNNING in either store
+    assert [t.number for t in _study(tmp_path).trials if t.state.name == "RUNNING"] == []
+    assert [r.info.run_name for r in _runs(tmp_path) if r.info.status == "RUNNING"] == []
+    _resumes_and_completes(tmp_path)
+
+
+def test_kill_9_then_the_same_command_resumes_from_the_checkpoint(tmp_path):
+    sweep = _start(tmp_path)
+    _wait_for_checkpoint(tmp_path)
+    sweep.kill()
+    sweep.wait(timeout=30)
+    time.sleep(4)  # past the heartbeat grace period
+    _resumes_and_completes(tmp_path)
