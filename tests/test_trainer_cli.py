@@ -25,7 +25,10 @@ def test_a_run_logs_to_mlflow_and_saves_the_adapter(tmp_path):
     assert "group_size: 2" in (tmp_path / "run" / "config.yaml").read_text()
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    (run,) = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
+    experiment = client.get_experiment_by_name("grpo")
+    # the UI opens on the runs table, not on MLflow 3's (empty) GenAI overview
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
     assert run.data.params["group_size"] == "2"
     assert run.data.params["loss.name"] == "importance_sampling"

@@ -86,14 +86,21 @@ def tracking_client(uri: str | None = None) -> MlflowClient:
     return client
 
 
+# MLflow 3 opens an experiment of unknown kind on its GenAI overview, which is empty for
+# training runs; this kind makes the UI open on the runs table.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
 def experiment_id(client: MlflowClient, name: str) -> str:
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except mlflow.exceptions.MlflowException:  # another worker created it first
-        return client.get_experiment_by_name(name).experiment_id
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
+        except mlflow.exceptions.MlflowException:  # another worker created it first
+            experiment = client.get_experiment_by_name(name)
+    if EXPERIMENT_KIND[0] not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
+    return experiment.experiment_id
 
 
 class MLflowRun:
