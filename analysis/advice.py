@@ -2,7 +2,7 @@
 
 Each rule reads the study's records and returns advice or None. The rules come from the
 practitioners' notes the project started from: an unstable run shows up as sampler-vs-
-learner KL over ~0.01 (lower the learning rate or the substeps); groups whose rollouts all
+learner or post-update KL over ~0.01 (lower the learning rate or the substeps); groups whose rollouts all
 score the same carry no gradient signal (bigger groups, or a task of the right difficulty);
 a baseline of 0% or 80%+ means the task does not fit the model; a best value at the edge of
 its range says the range should go further.
@@ -20,7 +20,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from analysis.load import StudyData, TrialRecord
 from sweeper.records import StudyAttr
 
-KL_PRUNED_SHARE = 0.5  # "most trials pruned on KL"
+KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
 BASELINE_TOO_HARD = 0.02
 BASELINE_TOO_EASY = 0.8
@@ -36,19 +36,49 @@ class Advice:
 Rule = Callable[[StudyData], "Advice | list[Advice] | None"]
 
 
-def kl_pruning(data: StudyData) -> Advice | None:
+def health_pruning(data: StudyData) -> Advice | None:
+    """Most trials broke: say which health rule fired most and what it advises."""
     finished = data.by_state("complete", "pruned", "failed")
-    on_kl = [t for t in data.by_state("pruned") if (t.prune_reason or {}).get("threshold")]
-    if not finished or len(on_kl) / len(finished) < KL_PRUNED_SHARE:
+    breaches = [t.prune_reason for t in data.by_state("pruned") if t.prune_reason]
+    if not finished or len(breaches) / len(finished) < KL_PRUNED_SHARE:
         return None
+    by_rule: dict[str, list[dict]] = {}
+    for breach in breaches:
+        by_rule.setdefault(str(breach.get("rule")), []).append(breach)
+    rule, fired = max(by_rule.items(), key=lambda kv: len(kv[1]))
+    advice = fired[0].get("advice") or "make the updates smaller"
     swept = [p for p in ("lr", "num_substeps") if p in data.param_names]
-    where = f" (shift the swept range of {' and '.join(swept)} down)" if swept else ""
+    where = f"; shift the swept range of {' and '.join(swept)} down" if swept else ""
+    steps = sorted(b.get("step") for b in fired if isinstance(b.get("step"), int))
     return Advice(
-        "Lower the learning rate or num_substeps" + where,
-        f"{len(on_kl)} of {len(finished)} finished trials were pruned for KL over "
-        f"{data.kl_threshold:g}: updates move the policy too far from the sampler. A KL "
-        "penalty (kl_penalty_coef 0.01-0.1) also holds it back.",
+        f"{advice[0].upper()}{advice[1:]}{where}",
+        f"{len(breaches)} of {len(finished)} finished trials were pruned as unstable; the "
+        f"{rule} rule fired for {len(fired)} of them ({fired[0].get('metric')} past "
+        f"{fired[0].get('bound')}, at steps {', '.join(map(str, steps)) or '?'}). A KL penalty "
+        "(kl_penalty_coef 0.01-0.1) also holds updates back.",
     )
+
+
+def ended_below_baseline(data: StudyData) -> Advice | None:
+    """Runs no rule pruned that still ended worse than they started."""
+    worse = [t for t in data.by_state("complete") if below_baseline(t, data.maximize)]
+    if not worse:
+        return None
+    shown = ", ".join(f"t{t.number} ({t.baseline:.3g} -> {t.value:.3g})" for t in worse[:6])
+    return Advice(
+        "Check the trials that ended below their baseline",
+        f"{len(worse)} completed trial(s) ended with a held-out reward below their step-0 "
+        f"baseline although no health rule pruned them: {shown}. Training made them worse; "
+        "their settings are on the unstable side.",
+    )
+
+
+def below_baseline(t: TrialRecord, maximize: bool = True) -> bool:
+    """A completed trial whose objective ended below its baseline by more than its noise."""
+    if not (maximize and _finite(t.value) and _finite(t.baseline)):
+        return False
+    noise = 2 * t.stderr if _finite(t.stderr) else 0.0
+    return t.value < t.baseline - noise
 
 
 def scarce_signal(data: StudyData) -> Advice | None:
@@ -172,7 +202,8 @@ def failures(data: StudyData) -> Advice | None:
 
 RULES: list[Rule] = [
     failures,
-    kl_pruning,
+    health_pruning,
+    ended_below_baseline,
     baseline_fit,
     scarce_signal,
     edge_of_range,

@@ -56,6 +56,7 @@ class TrialRecord:
     state: str  # complete, pruned, failed, running, waiting
     params: dict[str, Any]
     value: float | None  # the objective (complete trials only)
+    stderr: float | None  # the objective's standard error (eval noise, first seed)
     last_eval: float | None  # last intermediate objective value (any state)
     steps_run: int | None
     final_kl: float | None
@@ -183,6 +184,7 @@ def _record(t: FrozenTrial) -> TrialRecord:
         state=STATE_NAMES[t.state],
         params=dict(t.params),
         value=t.value if t.state == TrialState.COMPLETE else None,
+        stderr=next((r.stderr for r in records.replicates(t) if r.stderr is not None), None),
         last_eval=t.intermediate_values[steps[-1]] if steps else None,
         steps_run=attrs.get(TrialAttr.STEPS_RUN),
         final_kl=None,

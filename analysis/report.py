@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.advice import Advice, advise
+from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
 from sweeper.records import StudyAttr
@@ -52,7 +52,7 @@ def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
                 show_value(t.steps_run),
                 show_num(t.final_kl, 3),
                 show_num(t.baseline, 3),
-                t.note,
+                t.note or ("ended below its baseline" if below_baseline(t, data.maximize) else ""),
             ]
         )
     return header, rows

@@ -21,10 +21,13 @@ from optuna.trial import TrialState
 
 from analysis.__main__ import main
 from analysis.advice import advise
-from analysis.load import load_study, trials_frame
+from analysis.load import load_study
 from analysis.plots import pareto_front
+from sweeper import records
+from sweeper.records import Role, StudyAttr, Tag, TrialAttr
 
 KL = "kl_sample_train_v2"
+RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}
 GROUPS = {"groups/frac_mixed": 0.6, "groups/frac_all_good": 0.2, "groups/frac_all_bad": 0.2}
 SPACE = {
     "lr": FloatDistribution(1e-5, 1e-3, log=True),
@@ -47,20 +50,20 @@ class Sweep:
             study_name=name, storage=self.storage, direction="maximize"
         )
         parent = self.client.create_run(
-            self.exp, run_name=name, tags={"sweeper.role": "study", "sweeper.study": name}
+            self.exp, run_name=name, tags={Tag.ROLE: Role.STUDY, Tag.STUDY: name}
         )
         self.parent = parent.info.run_id
         attrs = {
-            "objective": "eval/reward/mean",
-            "direction": "maximize",
-            "kl_metric": KL,
-            "kl_threshold": threshold,
-            "search_space": {"lr": "tag(log, interval(1e-5, 1e-3))", "group_size": "2,4,8"},
-            "log_params": ["lr"],
-            "fixed_overrides": ["max_steps=4"],
-            "mlflow_tracking_uri": self.tracking,
-            "mlflow_experiment": "grpo",
-            "mlflow_parent_run_id": self.parent,
+            StudyAttr.OBJECTIVE: "eval/reward/mean",
+            StudyAttr.DIRECTION: "maximize",
+            StudyAttr.HEALTH_RULES: [RULE],
+            StudyAttr.KL_THRESHOLD: threshold,
+            StudyAttr.SEARCH_SPACE: {"lr": "tag(log, interval(1e-5, 1e-3))", "group_size": "2,4,8"},
+            StudyAttr.LOG_PARAMS: ["lr"],
+            StudyAttr.FIXED_OVERRIDES: ["max_steps=4"],
+            StudyAttr.MLFLOW_TRACKING_URI: self.tracking,
+            StudyAttr.MLFLOW_EXPERIMENT: "grpo",
+            StudyAttr.MLFLOW_PARENT_RUN_ID: self.parent,
         }
         for k, v in attrs.items():
             self.study.set_user_attr(k, v)
@@ -83,7 +86,8 @@ class Sweep:
         """
         self.study.enqueue_trial(params)  # how the sweeper's grid pins a point
         trial = self.study.ask(fixed_distributions={k: SPACE[k] for k in params})
-        trial.set_user_attr("overrides", ["max_steps=4", *(f"{k}={v}" for k, v in params.items())])
+        overrides = ["max_steps=4", *(f"{k}={v}" for k, v in params.items())]
+        trial.set_user_attr(TrialAttr.OVERRIDES, overrides)
         run_id = self._run(trial, params) if mlflow else None
         last = steps if prune_at is None else prune_at
         metrics = []
@@ -101,21 +105,21 @@ class Sweep:
         if state is None:
             return trial
         final_kl = [m.value for m in metrics if m.key == KL][-1]
-        trial.set_user_attr("steps_run", last)
-        trial.set_user_attr("final_kl", final_kl)
-        trial.set_user_attr("baseline_reward", reward0)
+        trial.set_user_attr(TrialAttr.STEPS_RUN, last)
+        trial.set_user_attr(TrialAttr.BASELINE, reward0)
         if state == TrialState.PRUNED:
-            reason = {"metric": KL, "value": final_kl, "step": last, "threshold": 0.01}
-            trial.set_user_attr("prune_reason", reason)
+            breach = {"rule": RULE["name"], "metric": KL, "value": final_kl, "bound": 0.01}
+            breach.update(step=last, advice="lower lr or num_substeps")
+            trial.set_user_attr(TrialAttr.PRUNE_REASON, breach)
             self.study.tell(trial, state=state)
         elif state == TrialState.FAIL:
-            trial.set_user_attr("fail_reason", fail)
+            trial.set_user_attr(TrialAttr.FAIL_REASON, fail)
             self.study.tell(trial, state=state)
         else:
             self.study.tell(trial, reward0 + gain * last)
         if run_id:
             status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}[state.name]
-            self.client.set_tag(run_id, "sweeper.state", state.name)
+            self.client.set_tag(run_id, Tag.STATE, state.name)
             self.client.set_terminated(run_id, status=status)
         return trial
 
@@ -123,12 +127,13 @@ class Sweep:
         shown = " ".join(f"{k}={v}" for k, v in params.items())
         tags = {
             "mlflow.parentRunId": self.parent,
-            "sweeper.role": "trial",
-            "sweeper.study": self.name,
-            "sweeper.trial_number": str(trial.number),
+            Tag.ROLE: Role.TRIAL,
+            Tag.STUDY: self.name,
+            Tag.TRIAL_NUMBER: str(trial.number),
+            Tag.SEED: "0",
         }
         run = self.client.create_run(self.exp, run_name=f"t{trial.number} {shown}", tags=tags)
-        trial.set_user_attr("mlflow_run_id", run.info.run_id)
+        trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, run.info.run_id)
         return run.info.run_id
 
 
@@ -146,24 +151,23 @@ def finished(tmp_path: Path) -> Sweep:
 def test_load_matches_the_stores(finished: Sweep) -> None:
     data = load_study(finished.storage)
     assert data.name == "s1" and data.notes == []
-    frame = trials_frame(data).set_index("trial")
     for t in finished.study.get_trials():
-        row = frame.loc[t.number]
+        row = data.trials[t.number]
         assert (
-            row["state"]
+            row.state
             == {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[t.state.name]
         )
-        assert row["lr"] == t.params["lr"] and row["group_size"] == t.params["group_size"]
-        assert row["steps_run"] == t.user_attrs["steps_run"]
-        assert row["final_kl"] == pytest.approx(t.user_attrs["final_kl"])
+        assert row.params == t.params
+        assert row.steps_run == t.user_attrs[TrialAttr.STEPS_RUN]
+        history = finished.client.get_metric_history(t.user_attrs[TrialAttr.MLFLOW_RUN_ID], KL)
+        points = [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)]
+        assert row.histories[KL] == points
+        assert row.final_kl == pytest.approx(points[-1][1])  # the last KL the run logged
         if t.state == TrialState.COMPLETE:
-            assert row["objective"] == pytest.approx(t.value)
-        history = finished.client.get_metric_history(t.user_attrs["mlflow_run_id"], KL)
-        assert [p for p in data.trials[t.number].histories[KL]] == [
-            (m.step, m.value) for m in sorted(history, key=lambda m: m.step)
-        ]
-    assert frame.loc[5, "note"] == "kl_sample_train_v2=0.5 > 0.01 at step 3"
-    assert frame.loc[6, "note"] == "RuntimeError: CUDA out of memory"
+            assert row.value == pytest.approx(t.value)
+    assert data.trials[5].note == records.breach_text(data.trials[5].prune_reason)
+    assert "kl_sample_train_v2=0.5 > 0.01 at step 3" in data.trials[5].note
+    assert data.trials[6].note == "RuntimeError: CUDA out of memory"
     assert data.best().number == 4
 
 
@@ -193,7 +197,7 @@ def test_advice_follows_the_rules_of_thumb(tmp_path: Path) -> None:
     for lr in (5e-4, 7e-4, 9e-4):
         sw.add({"lr": lr, "group_size": 4}, TrialState.PRUNED, reward0=0.85, kl=0.0005, prune_at=3)
     titles = [a.title for a in advise(load_study(sw.storage))]
-    assert any(t.startswith("Lower the learning rate") for t in titles)
+    assert any(t.startswith("Lower lr or num_substeps") for t in titles)
     assert any(t.startswith("Make the task harder") for t in titles)
     assert "Extend the range of lr upward" in titles
     assert "Extend the range of group_size upward" in titles

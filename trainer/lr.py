@@ -12,6 +12,8 @@ from transformers import get_scheduler
 LR_EXPONENTS = {"llama": 0.781, "qwen": 0.0775}
 BASE_LR = 5e-5  # full fine-tuning at hidden size 2000
 LORA_MULTIPLIER = 10.0  # LoRA wants ~10x the full fine-tuning rate, at any rank
+# lr_schedule -> the transformers schedule that implements it (warmup first, in each).
+LR_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
 
 def get_lr(hidden_size: int, family: str, lora: bool = True) -> float:
@@ -32,9 +34,8 @@ def resolve_lr(cfg: DictConfig, hidden_size: int) -> float:
 
 def make_scheduler(cfg: DictConfig, optimizer: torch.optim.Optimizer):
     """Linear warmup over warmup_steps, then constant, linear or cosine decay to max_steps."""
-    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
     return get_scheduler(
-        name[cfg.lr_schedule],
+        LR_SCHEDULES[cfg.lr_schedule],
         optimizer,
         num_warmup_steps=cfg.warmup_steps,
         num_training_steps=cfg.max_steps,

@@ -14,10 +14,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from trainer.losses import LOSSES
-from trainer.lr import LR_EXPONENTS
+from trainer.lr import LR_EXPONENTS, LR_SCHEDULES
 from trainer.rl_math import SCALE_REWARDS
 
-LR_SCHEDULES = ("constant", "linear", "cosine")
 SAMPLERS = ("torch", "vllm")
 DTYPES = ("float32", "bfloat16", "float16")
 DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
@@ -115,7 +114,7 @@ def _check_optimisation(cfg: DictConfig, warnings: list[str]) -> None:
         "must be >= 1",
     )
     sched = cfg.lr_schedule
-    _require(sched in LR_SCHEDULES, "lr_schedule", sched, f"must be one of {LR_SCHEDULES}")
+    _require(sched in LR_SCHEDULES, "lr_schedule", sched, f"must be one of {tuple(LR_SCHEDULES)}")
     _require(cfg.warmup_steps >= 0, "warmup_steps", cfg.warmup_steps, "must be >= 0")
     _require(cfg.max_grad_norm >= 0, "max_grad_norm", cfg.max_grad_norm, "must be >= 0")
     _require(cfg.lora_rank >= 0, "lora_rank", cfg.lora_rank, "must be >= 0; 0: full fine-tune")
