@@ -32,13 +32,12 @@ from sweeper.records import (
     sqlite_path,
 )
 from sweeper.text import first_line
+from trainer.metrics import ENTROPY, EVAL_REWARD, KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2, REWARD
 
-DEFAULT_OBJECTIVE = "eval/reward/mean"
+DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
 # on-policy; sampler-vs-learner KL moves with substeps and stale (async) data.
-KL_METRICS = ("kl_pre_post_v2", "kl_sample_train_v2")
-REWARD = "reward/mean"
-EVAL_REWARD = "eval/reward/mean"
+KL_METRICS = (KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2)
 GROUP_METRICS = ("groups/frac_mixed", "groups/frac_all_good", "groups/frac_all_bad")
 
 History = list[tuple[int, float]]  # (step, value), sorted by step
@@ -208,7 +207,7 @@ def _distributions(trials: list[FrozenTrial]) -> dict[str, Any]:
 
 
 def history_metrics(data: StudyData) -> list[str]:
-    wanted = [REWARD, EVAL_REWARD, data.objective, *KL_METRICS, "entropy", *GROUP_METRICS]
+    wanted = [REWARD, EVAL_REWARD, data.objective, *KL_METRICS, ENTROPY, *GROUP_METRICS]
     return list(dict.fromkeys(wanted))
 
 

@@ -31,10 +31,9 @@ from sweeper.storage import open_storage
 from sweeper.text import fail_reason
 from trainer.__main__ import train_and_log
 from trainer.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.metrics import EVAL_REWARD, stderr_of
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
-
-BASELINE_METRIC = "eval/reward/mean"  # logged at step 0, before any update
 
 
 class TrialReporter:
@@ -64,7 +63,7 @@ class TrialReporter:
         self.last.update(metrics)
         self.steps_run = step
         if step == 0:
-            self.baseline = metrics.get(BASELINE_METRIC)
+            self.baseline = metrics.get(EVAL_REWARD)
         value = metrics.get(self.objective)
         if self.reports_to_optuna and value is not None and math.isfinite(value):
             self.trial.report(value, step)
@@ -162,11 +161,6 @@ def objective_value(reporter: TrialReporter) -> float:
     return float(value)
 
 
-def stderr_metric(objective: str) -> str:
-    """`eval/reward/mean` -> `eval/reward/stderr`: where the trainer logs a mean's error."""
-    return objective.removesuffix("/mean") + "/stderr"
-
-
 def _resumed_from(cfg: DictConfig) -> int | None:
     """The checkpoint step this run continues from (None for a fresh start)."""
     checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
@@ -197,7 +191,7 @@ def outcome(
         started,
         state=state,
         value=reporter.last.get(objective) if state == State.COMPLETE else None,
-        stderr=reporter.last.get(stderr_metric(objective)),
+        stderr=reporter.last.get(stderr_of(objective)),
         steps_run=max(reporter.steps_run, started.steps_run),
         baseline=reporter.baseline,
         reason=reason,

@@ -7,7 +7,7 @@ its plan and names the parent run last, and the others wait for that name before
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -82,7 +82,7 @@ def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
     return {
         StudyAttr.OBJECTIVE: s.objective,
         StudyAttr.DIRECTION: s.direction,
-        StudyAttr.HEALTH_RULES: [rule_as_dict(rule) for rule in s.health_rules],
+        StudyAttr.HEALTH_RULES: [rule.as_dict() for rule in s.health_rules],
         StudyAttr.KL_THRESHOLD: s.kl_threshold,
         StudyAttr.PRUNER: s.pruner,
         StudyAttr.PRUNER_WARMUP_STEPS: s.pruner_warmup_steps,
@@ -95,11 +95,6 @@ def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
         StudyAttr.MLFLOW_EXPERIMENT: spec.experiment,
         StudyAttr.MLFLOW_PARENT_RUN_ID: parent_run_id,  # last: joining workers wait for it
     }
-
-
-def rule_as_dict(rule: Any) -> dict[str, Any]:
-    """A health rule as JSON (Enum fields by value), as `rules_from_settings` reads it back."""
-    return {k: getattr(v, "value", v) for k, v in asdict(rule).items()}
 
 
 def run_params(spec: StudySpec) -> dict[str, Any]:

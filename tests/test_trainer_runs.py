@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from trainer.train import train
+from trainer.train import NonFiniteError, train
 
 SMALL = ["batch_size=4", "group_size=2", "task.eval_size=16", "eval_every=0"]
 
@@ -29,14 +29,16 @@ def test_held_out_reward_rises_above_baseline(tmp_path, composed, new_recorder):
 def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
     recorder = new_recorder()
     train(composed(*SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
+    evals = {"eval/reward/mean", "eval/reward/stderr", "eval/greedy/mean", "eval/greedy/stderr"}
     expected = {
         "reward/mean", "reward/std", "groups/frac_mixed", "groups/frac_all_good",
-        "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "kl_pre_post_v1", "kl_pre_post_v2", "entropy",
-        "kl_policy_ref", "loss", "grad_norm", "lr", "time/sample_s", "time/train_s",
-        "throughput/rollouts_per_s", "eval/reward/mean",
+        "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "kl_pre_post_v1",
+        "kl_pre_post_v2", "entropy", "kl_policy_ref", "loss", "grad_norm", "lr", "time/sample_s",
+        "time/train_s", "throughput/rollouts_per_s", *evals,
     }  # fmt: skip
-    assert set(recorder.steps[2]) == expected
-    assert set(recorder.steps[0]) == {"eval/reward/mean"}  # the baseline
+    assert set(recorder.steps[2]) == expected  # the last step evaluates too
+    assert set(recorder.steps[1]) == expected - evals
+    assert set(recorder.steps[0]) == evals  # the baseline, before any update
     assert all(math.isfinite(v) for v in recorder.steps[2].values())
 
 
@@ -139,3 +141,31 @@ def test_baseline_of_zero_warns(tmp_path, caplog, composed, new_recorder):
             new_recorder(),
         )
     assert "Baseline eval reward is 0%" in caplog.text
+
+
+@pytest.mark.slow
+def test_eval_carries_its_standard_error_and_per_problem_rewards(composed, new_recorder):
+    recorder = new_recorder()
+    cfg = composed(*SMALL, "max_steps=1", "task.eval_size=40", "eval_samples=3")
+    result = train(cfg, recorder)
+    final = recorder.steps[1]
+    sampled = result.final_eval_rewards["eval/reward/mean"]
+    greedy = result.final_eval_rewards["eval/greedy/mean"]
+    assert len(sampled) == len(greedy) == 40  # one entry per problem, in the task's order
+    assert all(round(3 * r, 9) in (0, 1, 2, 3) for r in sampled)  # the mean of 3 samples
+    mean = sum(sampled) / 40
+    sd = math.sqrt(sum((r - mean) ** 2 for r in sampled) / 39)
+    assert final["eval/reward/mean"] == pytest.approx(mean)
+    assert final["eval/reward/stderr"] == pytest.approx(sd / math.sqrt(40))
+    assert final["eval/greedy/mean"] == pytest.approx(sum(greedy) / 40)
+    assert result.final_eval == final["eval/reward/mean"]
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_is_reported_then_fails_the_run(tmp_path, composed, new_recorder):
+    # lr=1e6 makes the first update overflow the weights: step 2's loss is no longer finite
+    recorder = new_recorder()
+    with pytest.raises(NonFiniteError, match="at step"):
+        train(composed(*SMALL, "max_steps=5", "lr=1e6", "max_grad_norm=0"), recorder)
+    last = recorder.steps[max(recorder.steps)]
+    assert not (math.isfinite(last["loss"]) and math.isfinite(last["grad_norm"]))

@@ -107,6 +107,8 @@ class TrainConfig:
 
     # --- schedule of side work ---
     eval_every: int = 10  # held-out eval every N steps (and always at the end); 0: end only
+    eval_samples: int = 1  # sampled completions per eval problem (a problem scores their mean)
+    eval_greedy: bool = True  # also eval greedy decoding (eval/greedy/mean) on the same problems
     save_every: int = 0  # checkpoint (adapter, optimizer, step, RNG) every N steps; 0: off
     resume: bool = False  # continue from the last checkpoint in output_dir
     seed: int = 0  # seeds sampling, batching and LoRA init

@@ -6,6 +6,8 @@ Every per-token tensor comes with a 0/1 `mask_NT` marking action (completion) to
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 SCALE_REWARDS = ("none", "group", "batch")
@@ -40,6 +42,16 @@ def group_outcome_fractions(rewards_PG: torch.Tensor) -> dict[str, float]:
         "groups/frac_all_good": (constant_P & (rewards_PG[:, 0] > 0)).float().mean().item(),
         "groups/frac_all_bad": (constant_P & (rewards_PG[:, 0] <= 0)).float().mean().item(),
     }
+
+
+def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error, sd / sqrt(n) with the n-1 (sample) sd; 0 for one value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(variance / n)
 
 
 def masked_mean(x_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:

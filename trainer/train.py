@@ -14,7 +14,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +22,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from trainer import metrics as metrics_names
 from trainer import rl_math
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
 from trainer.losses import LossInputs, get_loss
@@ -41,16 +42,27 @@ class Reporter(Protocol):
 
 
 class NonFiniteError(FloatingPointError):
-    """NaN or inf in rewards, log-probs or the loss: the run cannot recover from it."""
+    """NaN or inf in rewards, log-probs, the loss or the gradients: the run cannot recover."""
+
+
+# What each minibatch update reports, averaged over the step's minibatches.
+UPDATE_METRICS = (
+    metrics_names.LOSS,
+    metrics_names.GRAD_NORM,
+    metrics_names.KL_SAMPLE_TRAIN_V1,
+    metrics_names.KL_SAMPLE_TRAIN_V2,
+    metrics_names.ENTROPY,
+)
 
 
 @dataclass
 class TrainResult:
-    final_eval: float
-    baseline_eval: float | None
-    steps: int
+    final_eval: float  # eval/reward/mean at the end
+    baseline_eval: float | None  # the same before any update (None when resumed)
     output_dir: Path
-    metrics: dict[str, float] = field(default_factory=dict)  # last value of each metric
+    # The final eval's reward per problem, by eval metric: the same problems in the same order
+    # for every run on a task, so two runs compare problem by problem (a paired comparison).
+    final_eval_rewards: dict[str, list[float]] = field(default_factory=dict)
 
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
@@ -72,9 +84,10 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
         log.info("Resumed from %s (step %d)", checkpoint, start_step)
     else:
-        baseline = evaluate(sampler, task, settings, cfg.seed)
+        eval_metrics, _ = evaluate(sampler, task, settings, cfg)
+        baseline = eval_metrics[metrics_names.EVAL_REWARD]
         warn_on_baseline(baseline)
-        _report(reporter, 0, {"eval/reward/mean": baseline})
+        _report(reporter, 0, eval_metrics)
 
     log.info(
         "Training %d steps at lr=%.3g, %d rollouts a step",
@@ -83,29 +96,32 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         cfg.batch_size * cfg.group_size,
     )
     metrics: dict[str, float] = {}
-    last_eval = baseline
+    last_eval, per_problem = baseline, {}
     bar = progress(range(start_step + 1, cfg.max_steps + 1), "grpo", unit="step")
     try:
         for step in bar:
             metrics = grpo_step(cfg, policy, sampler, task, optimizer, rng, settings)
             scheduler.step()
             if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
-                last_eval = metrics["eval/reward/mean"] = evaluate(
-                    sampler, task, settings, cfg.seed
-                )
+                eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
+                metrics.update(eval_metrics)
+                last_eval = eval_metrics[metrics_names.EVAL_REWARD]
             warn_on_kl(cfg, step, metrics)
             bar.set_postfix(
-                reward=f"{metrics['reward/mean']:.2f}",
+                reward=f"{metrics[metrics_names.REWARD]:.2f}",
                 eval="-" if last_eval is None else f"{last_eval:.2f}",
-                kl=f"{metrics['kl_sample_train_v2']:.1e}",
+                kl=f"{metrics.get(metrics_names.KL_PRE_POST_V2, math.nan):.1e}",
             )
-            _report(reporter, step, metrics)
+            _report(reporter, step, metrics)  # first, so a sweep sees the values and says why
+            for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):
+                if not math.isfinite(metrics[name]):
+                    raise NonFiniteError(f"{name}={metrics[name]} at step {step}; lower lr")
             if cfg.save_every and step % cfg.save_every == 0:
                 save_checkpoint(cfg.output_dir, step, policy, optimizer, scheduler, rng)
     finally:
         bar.close()
     save_final(cfg.output_dir, policy, cfg)
-    return TrainResult(last_eval, baseline, cfg.max_steps, Path(cfg.output_dir), metrics)
+    return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem)
 
 
 def grpo_step(
@@ -131,8 +147,8 @@ def grpo_step(
     sample_s = time.perf_counter() - started
     require_finite("reward", rewards_PG)
     metrics = {
-        "reward/mean": rewards_PG.mean().item(),
-        "reward/std": rewards_PG.std().item(),
+        metrics_names.REWARD: rewards_PG.mean().item(),
+        metrics_names.REWARD_STD: rewards_PG.std().item(),
         **rl_math.group_outcome_fractions(rewards_PG),
     }
 
@@ -147,7 +163,7 @@ def grpo_step(
     if cfg.kl_penalty_coef > 0:
         with torch.no_grad(), policy.reference() as reference:
             ref_logp_NT, _ = token_logprobs(reference, batch, cfg.temperature)
-        shaping_NT, metrics["kl_policy_ref"] = rl_math.kl_penalty(
+        shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
             ref_logp_NT,
             batch.mask_NT,
@@ -203,21 +219,20 @@ def minibatch_update(
         logp_NT, minibatch.sampler_logp_NT, advantages_NT[rows], mask_NT[rows], cfg.max_tokens
     )
     loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
-    require_finite("loss", loss)
-    loss.backward()
-    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm)
-    optimizer.step()
+    grad_norm = torch.tensor(math.nan)
+    if torch.isfinite(loss):
+        loss.backward()
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm)
+    if torch.isfinite(grad_norm):
+        optimizer.step()  # a non-finite loss or gradient never reaches the weights
     optimizer.zero_grad(set_to_none=True)
     # Sampler-vs-learner KL on this minibatch, before its own update took effect.
     kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
-    return {
-        "loss": loss.item(),
-        "grad_norm": grad_norm.item(),
-        "kl_sample_train_v1": kl_v1,
-        "kl_sample_train_v2": kl_v2,
-        "entropy": rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
-    }
+    entropy = rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item()
+    return dict(
+        zip(UPDATE_METRICS, (loss.item(), grad_norm.item(), kl_v1, kl_v2, entropy), strict=True)
+    )
 
 
 @torch.no_grad()
@@ -228,37 +243,52 @@ def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dic
     post_logp_NT, _ = token_logprobs(policy.model, batch, temperature)
     policy.model.train(was_training)
     v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
-    return {"kl_pre_post_v1": v1, "kl_pre_post_v2": v2}
+    return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
 
 
 def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
     """Mean over the step's minibatches; with none (all groups filtered) nothing moved."""
     if not updates:
-        return {
-            "loss": 0.0,
-            "grad_norm": 0.0,
-            "kl_sample_train_v1": 0.0,
-            "kl_sample_train_v2": 0.0,
-            "entropy": 0.0,
-        }
-    return {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]}
+        return dict.fromkeys(UPDATE_METRICS, 0.0)
+    return {key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}
 
 
 @torch.no_grad()
-def evaluate(sampler, task: Task, settings: SamplingSettings, seed: int = 0) -> float:
-    """Mean reward of one sampled completion per held-out problem.
+def evaluate(
+    sampler, task: Task, settings: SamplingSettings, cfg: DictConfig
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Held-out reward with its standard error over problems, sampled and greedy.
 
-    Sampling runs on a forked RNG with a fixed seed: every eval draws the same random numbers
-    (so evals differ only by the weights), and training's random stream is untouched, so how
-    often one evaluates never changes what is trained.
+    Sampled: `eval_samples` completions per problem, a problem's reward their mean. Greedy
+    (`eval_greedy`): one argmax completion per problem, a steadier signal on the same weights.
+    Sampling runs on a forked RNG seeded with the run's seed: every eval draws the same random
+    numbers (so evals differ only by the weights), and training's random stream is untouched,
+    so how often one evaluates never changes what is trained.
+    Returns (metrics, per-problem rewards by metric).
     """
     problems = task.eval_problems()
+    prompts = [p.prompt for p in problems for _ in range(cfg.eval_samples)]
     devices = list(range(torch.cuda.device_count()))
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        rollouts = sampler.sample([p.prompt for p in problems], settings)
-    rewards = [task.reward(p, r.text, r.finished) for p, r in zip(problems, rollouts, strict=True)]
-    return sum(rewards) / len(rewards)
+        torch.manual_seed(cfg.seed)
+        rollouts = sampler.sample(prompts, settings)
+    rewards = [
+        task.reward(problems[i // cfg.eval_samples], r.text, r.finished)
+        for i, r in enumerate(rollouts)
+    ]
+    k = cfg.eval_samples
+    per_problem = {
+        metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
+    }
+    if cfg.eval_greedy:
+        greedy = sampler.sample([p.prompt for p in problems], replace(settings, greedy=True))
+        per_problem[metrics_names.EVAL_GREEDY] = [
+            task.reward(p, r.text, r.finished) for p, r in zip(problems, greedy, strict=True)
+        ]
+    metrics: dict[str, float] = {}
+    for name, values in per_problem.items():
+        metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
+    return metrics, per_problem
 
 
 def require_finite(name: str, values: torch.Tensor) -> None:
@@ -277,8 +307,8 @@ def warn_on_baseline(baseline: float) -> None:
 
 
 def warn_on_kl(cfg: DictConfig, step: int, metrics: dict[str, float]) -> None:
-    for name in ("kl_sample_train_v1", "kl_sample_train_v2"):
-        if metrics[name] > cfg.kl_threshold:
+    for name in (metrics_names.KL_SAMPLE_TRAIN_V2, metrics_names.KL_PRE_POST_V2):
+        if metrics.get(name, 0.0) > cfg.kl_threshold:
             log.warning(
                 "step %d: %s=%.4f exceeds kl_threshold=%g (unstable update)",
                 step,

@@ -89,6 +89,7 @@ def _check_batch(cfg: DictConfig) -> None:
     )
     _require(cfg.max_steps >= 1, "max_steps", cfg.max_steps, "must be >= 1")
     _require(cfg.eval_every >= 0, "eval_every", cfg.eval_every, "must be >= 0; 0: at the end")
+    _require(cfg.eval_samples >= 1, "eval_samples", cfg.eval_samples, "must be >= 1")
     _require(cfg.save_every >= 0, "save_every", cfg.save_every, "must be >= 0; 0 turns it off")
 
 

@@ -1,0 +1,27 @@
+"""The names of the metrics the trainer logs, defined once (docs/records.md lists them).
+
+Reporters, the sweeper's health rules and the analysis import these rather than spelling
+them again.
+"""
+
+REWARD = "reward/mean"  # mean reward of the step's rollouts
+REWARD_STD = "reward/std"
+KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"  # sampler vs learner, mean(d)
+KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"  # sampler vs learner, 0.5 mean(d^2)
+KL_PRE_POST_V1 = "kl_pre_post_v1"  # sampler vs the learner after the step's updates
+KL_PRE_POST_V2 = "kl_pre_post_v2"
+KL_POLICY_REF = "kl_policy_ref"  # drift from the reference (with a KL penalty)
+ENTROPY = "entropy"
+LOSS = "loss"
+GRAD_NORM = "grad_norm"
+LR = "lr"
+
+# Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's
+# standard error over problems sits beside it (`stderr_of`).
+EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)
+EVAL_GREEDY = "eval/greedy/mean"  # greedy decoding on the same problems (eval_greedy)
+
+
+def stderr_of(mean_metric: str) -> str:
+    """`eval/reward/mean` -> `eval/reward/stderr`."""
+    return mean_metric.removesuffix("/mean") + "/stderr"
