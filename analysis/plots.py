@@ -44,8 +44,46 @@ def _style(t: TrialRecord, best: TrialRecord | None) -> dict:
     return {"linewidth": 1.0, "alpha": 0.6}
 
 
+def seed_band(
+    t: TrialRecord, metric: str
+) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Per step: the mean over the trial's seeds, and their min and max (one seed: itself)."""
+    runs = [dict(h.get(metric) or []) for h in t.seed_histories.values()] or [
+        dict(t.histories.get(metric) or [])
+    ]
+    steps = sorted(set().union(*runs))
+    at = [[run[s] for run in runs if s in run] for s in steps]
+    return steps, [sum(v) / len(v) for v in at], [min(v) for v in at], [max(v) for v in at]
+
+
+def config_intervals(data: StudyData) -> Figure | str:
+    """Each completed configuration's mean objective with its 95% CI, best first."""
+    from analysis.report import study_verdict  # the report owns how a study's verdict is made
+
+    ranked = study_verdict(data).ranked
+    if len(ranked) < 2:
+        return "Fewer than two completed configurations: nothing to compare."
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ranked) + 3), 4.5))
+    for x, s in enumerate(ranked):
+        i = s.interval
+        err = [[i.estimate - i.low], [i.high - i.estimate]] if i.known else None
+        color = BEST_COLOR if x == 0 else "tab:blue"
+        ax.errorbar([x], [i.estimate], yerr=err, fmt="o", color=color, capsize=5)
+    ax.set_xticks(range(len(ranked)), [s.label for s in ranked])
+    methods = sorted({s.interval.method for s in ranked})
+    ax.set(
+        title=f"{data.objective}: mean and 95% CI per configuration ({'; '.join(methods)})",
+        xlabel="configuration (best first)",
+        ylabel=data.objective,
+    )
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
 def reward_curves(data: StudyData) -> Figure | str:
-    """Training reward/mean and eval/reward/mean of every trial, the best one in red."""
+    """Training reward/mean and eval/reward/mean of every trial (the mean over its seeds, with
+    their spread as a band), the best one in red."""
     with_curves = [
         t for t in data.trials if t.histories.get(REWARD) or t.histories.get(EVAL_REWARD)
     ]
@@ -59,18 +97,19 @@ def reward_curves(data: StudyData) -> Figure | str:
         (axes[1], EVAL_REWARD, "Eval reward (step 0 = baseline)"),
     ):
         for t in with_curves:
-            points = t.histories.get(metric) or []
-            if points:
-                steps, values = zip(*points, strict=True)
+            steps, mean, low, high = seed_band(t, metric)
+            if steps:
                 marker = "o" if metric == EVAL_REWARD else None
-                ax.plot(
+                line = ax.plot(
                     steps,
-                    values,
+                    mean,
                     marker=marker,
                     markersize=3,
                     label=_label(t, best, many),
                     **_style(t, best),
                 )
+                if len(t.seed_histories) > 1:  # the seeds' spread as a band around their mean
+                    ax.fill_between(steps, low, high, color=line[0].get_color(), alpha=0.15)
         ax.set(title=title, xlabel="training step", ylabel=f"{metric} (reward per rollout)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
@@ -297,6 +336,7 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
 
 
 FIGURES: dict[str, tuple[str, Plot]] = {
+    "verdict": ("Which configurations are better: means with 95% CIs", config_intervals),
     "reward_curves": ("Reward curves", reward_curves),
     "kl_curves": ("KL curves and prune points", kl_curves),
     "objective_vs_params": ("Objective against each hyperparameter", objective_vs_params),

@@ -16,6 +16,7 @@ from typing import Any
 from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
+from analysis.verdict import INTERVAL_HEADER, Verdict, configs_from_trials, interval_cells, verdict
 from sweeper.records import StudyAttr
 from sweeper.text import text_table
 
@@ -39,7 +40,8 @@ def ranked(data: StudyData) -> list[TrialRecord]:
 
 def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
     names = data.param_names
-    header = ["trial", *names, "objective", "state", "steps", "final KL", "baseline", "note"]
+    header = ["trial", *names, *INTERVAL_HEADER, "state", "steps", "final KL", "baseline", "note"]
+    summaries = {s.label: s for s in study_verdict(data).ranked}
     rows = []
     for t in ranked(data):
         params = [show_value(t.params.get(n)) for n in names]
@@ -47,7 +49,7 @@ def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
             [
                 f"t{t.number}",
                 *params,
-                show_num(t.value, 4),
+                *interval_cells(summaries.get(f"t{t.number}")),
                 t.state,
                 show_value(t.steps_run),
                 show_num(t.final_kl, 3),
@@ -71,15 +73,17 @@ def summary_lines(data: StudyData) -> list[str]:
         f"Study {data.name} ({data.storage}): {len(data.trials)} trials ({shown or 'none'})",
         f"Objective: {data.direction} {data.objective}; health rules: {health_rules(data)}",
     ]
-    best = data.best()
-    if best is not None:
-        lines.append(
-            f"Best: t{best.number} {data.objective} = {best.value:.4g} with "
-            + (" ".join(f"{k}={show_value(v)}" for k, v in best.params.items()) or "defaults")
-        )
+    if data.best() is not None:
+        lines += study_verdict(data).lines
     else:
         lines.append(no_best_message(data))
     return lines
+
+
+def study_verdict(data: StudyData) -> Verdict:
+    """The verdict from the study's completed configurations and their seeds."""
+    trials = data.study.get_trials(deepcopy=False) if data.study is not None else []
+    return verdict(configs_from_trials(trials), data.maximize)
 
 
 def health_rules(data: StudyData) -> str:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import sys
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
+from analysis.verdict import (
+    INTERVAL_HEADER,
+    Summary,
+    Verdict,
+    configs_from_trials,
+    interval_cells,
+    verdict,
+)
 from sweeper.records import best_trial, trial_note
 from sweeper.slots import Counts
 from sweeper.space import show_value
@@ -28,15 +36,27 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def final_table(study: optuna.Study) -> str:
-    """Every trial: number, params, objective, state and, for pruned/failed, why."""
+def final_table(study: optuna.Study, verdict: Verdict) -> str:
+    """Every trial: number, params, seeds, mean and 95% CI (completed ones), state and, for
+    pruned or failed ones, why; then the verdict."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     names = list(dict.fromkeys(k for t in trials for k in t.params))
-    header = ["trial", *names, "objective", "state", "note"]
-    return text_table([header] + [_row(t, names) for t in trials])
+    summaries = {s.label: s for s in verdict.ranked}
+    header = ["trial", *names, *INTERVAL_HEADER, "state", "note"]
+    rows = [_row(t, names, summaries.get(f"t{t.number}")) for t in trials]
+    return text_table([header, *rows]) + "\n\n" + verdict.text
 
 
-def _row(trial: FrozenTrial, names: list[str]) -> list[str]:
+def study_verdict(study: optuna.Study, maximize: bool) -> Verdict:
+    return verdict(configs_from_trials(study.get_trials(deepcopy=False)), maximize)
+
+
+def _row(trial: FrozenTrial, names: list[str], summary: Summary | None) -> list[str]:
     params = [show_value(trial.params[n]) if n in trial.params else "" for n in names]
-    value = f"{trial.value:.4g}" if trial.state == TrialState.COMPLETE else "-"
-    return [f"t{trial.number}", *params, value, trial.state.name, trial_note(trial)]
+    return [
+        f"t{trial.number}",
+        *params,
+        *interval_cells(summary),
+        trial.state.name,
+        trial_note(trial),
+    ]

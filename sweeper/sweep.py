@@ -36,7 +36,7 @@ from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
 from sweeper import records, runs, slots
 from sweeper.devices import DevicePool
-from sweeper.display import final_table, progress_line, say
+from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
 from sweeper.preflight import check_points, compose, one_line
 from sweeper.records import Replicate, State, TrialAttr
@@ -175,8 +175,11 @@ class SweepRunner:
     def _finish(self, study: optuna.Study, status: str) -> None:
         trials = study.get_trials(deepcopy=False)
         best = records.best_trial(trials, self.s.maximize)
-        runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict="")
-        print(final_table(study), flush=True)
+        verdict = study_verdict(study, self.s.maximize)
+        runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
+        self.best_written = None  # the tuned file's notes carry the final verdict
+        self._update_tuned(study)
+        print(final_table(study, verdict), flush=True)
         say(progress_line(study, self.plan.planned, self.s.maximize))
 
     # --- the loop ---------------------------------------------------------------------
@@ -367,6 +370,7 @@ class SweepRunner:
         overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
         notes = tuned_notes(self.name, self.s.storage, best, self.s.objective, self.s.direction)
+        notes["verdict"] = " ".join(study_verdict(study, self.s.maximize).lines)
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number

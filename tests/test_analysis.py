@@ -180,12 +180,13 @@ def test_report_writes_figures_html_and_logs_to_mlflow(finished: Sweep, capsys) 
     assert board[1].startswith("t4 ") and "0.7" in board[1]  # best first
     assert "kl_sample_train_v2=0.5 > 0.01 at step 3" in printed
     assert "RuntimeError: CUDA out of memory" in printed
-    for name in ("reward_curves", "kl_curves", "objective_vs_params", "importance", "reward_vs_kl"):
+    figures = ("verdict", "reward_curves", "kl_curves", "objective_vs_params", "importance")
+    for name in (*figures, "reward_vs_kl"):
         png = out / f"{name}.png"
         assert png.stat().st_size > 5000, name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (out / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 5 and "http" not in page.replace('lang="en"', "")
+    assert page.count("data:image/png;base64,") == 6 and "http" not in page.replace('lang="en"', "")
     logged = {a.path for a in finished.client.list_artifacts(finished.parent, "analysis")}
     assert "analysis/index.html" in logged and "analysis/kl_curves.png" in logged
 
@@ -310,7 +311,7 @@ def test_html_images_load_in_headless_chromium(finished: Sweep) -> None:
         probe.as_uri(),
     ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
-    assert 'data-images="5/5"' in dom, dom[:500]
+    assert 'data-images="6/6"' in dom, dom[:500]
 
 
 def test_best_renders_the_tuned_yaml_with_the_sweepers_renderer(
@@ -362,7 +363,7 @@ def test_real_sweep_end_to_end(tmp_path: Path) -> None:
     for t in study.trials:
         assert f"t{t.number}  " in run.stdout and f"{t.value:.4g}" in run.stdout
     out = tmp_path / "reports" / study.study_name
-    for name in ("reward_curves", "kl_curves", "objective_vs_params", "reward_vs_kl"):
+    for name in ("verdict", "reward_curves", "kl_curves", "objective_vs_params", "reward_vs_kl"):
         assert (out / f"{name}.png").stat().st_size > 5000
     best = subprocess.run(
         [sys.executable, "-m", "analysis", "best", "--study", study.study_name],

@@ -1,0 +1,100 @@
+"""Verdict arithmetic on hand-computed numbers, and the verdicts a researcher reads: a clear
+win, a tie, one seed (the eval's noise only), a pruned seed, one configuration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analysis import stats
+from analysis.verdict import Config, Seed, interval_cells, summarize, verdict
+
+
+def test_t_interval_over_three_seeds():
+    # mean 2, sd 1, se 1/sqrt(3) = 0.57735; t(0.975, df=2) = 4.302653 -> half 2.484138
+    i = stats.t_interval([1.0, 2.0, 3.0])
+    assert (i.estimate, i.low, i.high) == pytest.approx((2.0, -0.484138, 4.484138), abs=1e-6)
+    assert i.method == "t over 3 seeds"
+
+
+def test_normal_interval_from_the_eval_stderr():
+    # 0.3 +- 1.959964 x 0.023 = 0.3 +- 0.045079
+    i = stats.normal_interval(0.3, 0.023)
+    assert (i.low, i.high) == pytest.approx((0.254921, 0.345079), abs=1e-6)
+    assert not stats.normal_interval(0.3, None).known
+
+
+def test_welch_difference():
+    # means 2 and 4; se^2 = 1/3 and 4/3; se = sqrt(5/3) = 1.290994
+    # df = (5/3)^2 / ((1/3)^2/2 + (4/3)^2/2) = 50/17 = 2.941176
+    i = stats.welch_difference([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
+    half = stats.t_quantile(50 / 17) * math.sqrt(5 / 3)
+    assert i.estimate == -2.0 and (i.low, i.high) == pytest.approx((-2 - half, -2 + half))
+    assert 3.1 < stats.t_quantile(50 / 17) < 3.25
+
+
+def test_paired_difference_on_the_same_problems():
+    # d = [1, 0, 0, 1]: mean 0.5, sd sqrt(1/3) = 0.577350, se 0.288675; t(0.975, 3) = 3.182446
+    # half = 3.182446 x 0.288675 = 0.918693
+    i = stats.paired_difference([1, 0, 1, 1], [0, 0, 1, 0])
+    assert (i.estimate, i.low, i.high) == pytest.approx((0.5, -0.418693, 1.418693), abs=1e-5)
+    assert i.method == "paired over 4 problems"
+
+
+def test_unpaired_difference_from_two_stderrs():
+    # 0.3 - 0.25 = 0.05; se = hypot(0.02, 0.015) = 0.025; half = 1.959964 x 0.025 = 0.048999
+    i = stats.unpaired_difference(0.3, 0.02, 0.25, 0.015)
+    assert (i.low, i.high) == pytest.approx((0.001001, 0.098999), abs=1e-6)
+
+
+def one_seed(label: str, per_problem: list[float], **params) -> Config:
+    mean = sum(per_problem) / len(per_problem)
+    se = math.sqrt(sum((r - mean) ** 2 for r in per_problem) / (len(per_problem) - 1))
+    se /= math.sqrt(len(per_problem))
+    return Config(label, params, (Seed(0, mean, se, tuple(per_problem)),))
+
+
+def test_a_clear_win_is_called_with_its_paired_interval():
+    good = one_seed("t1", [1.0] * 30 + [0.0] * 10, lr=2e-3)
+    bad = one_seed("t0", [1.0] * 10 + [0.0] * 30, lr=1e-2)
+    v = verdict([bad, good])
+    assert v.best.label == "t1" and v.runner_up_difference.excludes_zero
+    assert v.lines[0].startswith("Best: t1 (lr=0.002) 0.75, 95% CI")
+    assert "t1 beats the runner-up t0 by 0.5" in v.text and "paired over 40 problems" in v.text
+    assert "eval's noise only" in v.text
+
+
+def test_configurations_that_differ_by_noise_are_a_tie():
+    rewards = [1, 0, 1, 0, 1, 1, 0, 0] * 5
+    flipped = list(rewards)
+    for i in (3, 7, 11):  # three problems turn right, two turn wrong: noise, net +1 of 40
+        flipped[i] = 1
+    for i in (0, 4):
+        flipped[i] = 0
+    a, b = one_seed("t0", rewards), one_seed("t1", flipped)
+    v = verdict([a, b])
+    assert not v.runner_up_difference.excludes_zero
+    assert "t1 and t0 are tied at this sample size" in v.text
+    assert "run more seeds (hydra.sweeper.seeds)" in v.text
+
+
+def test_seeds_give_a_t_interval_and_a_pruned_seed_is_left_out():
+    three = Config("t0", {}, tuple(Seed(s, v, 0.02) for s, v in enumerate([0.30, 0.32, 0.34])))
+    s = summarize(three)
+    assert s.interval.method == "t over 3 seeds" and s.mean == pytest.approx(0.32)
+    assert interval_cells(s)[:2] == ["3", "0.32"]
+    pruned = Config("t1", {}, (Seed(0, 0.5, 0.02), Seed(1, None, None), Seed(2, 0.52, 0.02)))
+    assert summarize(pruned).interval.method == "t over 2 seeds"
+    v = verdict([three, pruned])
+    assert "Welch t over seeds" in v.text
+
+
+def test_one_configuration_has_no_runner_up_and_minimizing_flips_the_sign():
+    only = verdict([one_seed("t0", [1.0, 0.0, 1.0])])
+    assert "nothing to compare it with" in only.text and only.runner_up_difference is None
+    low = one_seed("t0", [0.0] * 40)
+    high = one_seed("t1", [1.0] * 20 + [0.0] * 20)
+    v = verdict([low, high], maximize=False)
+    assert v.best.label == "t0" and v.runner_up_difference.estimate == pytest.approx(0.5)
+    assert verdict([]).lines == ["No completed configuration yet: no verdict."]
