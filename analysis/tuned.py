@@ -40,14 +40,14 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import sweeper
-    import trainer  # noqa: F401  (registers the config schemas before composing)
+    import sweeper.job_config  # noqa: F401  (registers the config schemas before composing)
     from sweeper.tuned import render_tuned, tuned_notes
+    from trainer.config import config_dir
 
-    conf = Path(sweeper.__file__).resolve().parents[1] / "conf"
+    conf = config_dir()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose("sweep", overrides=overrides, return_hydra_config=True)
     except Exception as e:  # a config group renamed since the sweep, a missing +tuned file
         raise AnalysisError(f"cannot compose t{number}'s config again: {e}") from None

@@ -11,9 +11,10 @@ from omegaconf import DictConfig
 
 import sweeper.job_config  # noqa: F401  (registers the config schemas before Hydra composes)
 from sweeper.job import run
+from trainer.config import config_dir
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="sweep")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="sweep")
 def main(cfg: DictConfig) -> float:
     return run(cfg)
 

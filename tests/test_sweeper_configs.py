@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from conftest import compose_conf
+from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
@@ -71,3 +72,16 @@ def test_search_presets_compose_into_a_tpe_space(in_tmp, preset):
     assert space.params["group_size"].values == (4, 8)  # the command line wins
     assert space.log_params == ["lr"]
     assert choose_sampler(sweeper.sampler, space, sweeper.n_trials, None).name == "tpe"
+
+
+def test_the_working_directory_is_on_the_search_path_of_our_apps_only(in_tmp):
+    (in_tmp / "tuned").mkdir()
+    (in_tmp / "tuned" / "x.yaml").write_text("# @package _global_\nlr: 0.005\n")
+    assert _compose("config", ["+tuned=x"]).lr == 0.005  # ours finds the tuned file
+    foreign = in_tmp / "foreign"
+    foreign.mkdir()
+    (foreign / "app.yaml").write_text("a: 1\n")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(foreign), version_base="1.3"):
+        cfg = compose("app", overrides=["+tuned=x"])
+    assert "lr" not in cfg and cfg.tuned == "x"  # another Hydra app: no `tuned` group there

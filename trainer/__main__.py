@@ -11,6 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from trainer.config import config_dir
 from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri
 from trainer.train import train
 from trainer.validation import ConfigError, validate
@@ -58,7 +59,7 @@ def train_and_log(cfg: DictConfig) -> float:
     return result.final_eval
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
 def main(cfg: DictConfig) -> float:
     return train_and_log(cfg)
 

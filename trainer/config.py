@@ -7,7 +7,9 @@ model is loaded. The YAML files in `conf/` extend these schemas through their de
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -116,6 +118,21 @@ class TrainConfig:
     # --- bookkeeping ---
     output_dir: str = "outputs/run"  # adapter, resolved config and checkpoints go here
     experiment: str = "grpo"  # MLflow experiment name
+
+
+PACKAGED_CONFIGS = "grpo_sweeper_conf"  # where a wheel carries conf/ (see pyproject.toml)
+
+
+def config_dir() -> str:
+    """The project's config tree: conf/ of a source checkout (an editable install), else the
+    copy a regular install carries as the data package `grpo_sweeper_conf`."""
+    checkout = Path(__file__).resolve().parents[1] / "conf"
+    if (checkout / "config.yaml").is_file() and (checkout / "sweep.yaml").is_file():
+        return str(checkout)
+    spec = importlib.util.find_spec(PACKAGED_CONFIGS)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"no conf/ beside {checkout.parent} and no {PACKAGED_CONFIGS}")
+    return str(next(iter(spec.submodule_search_locations)))
 
 
 def register_configs() -> None:
