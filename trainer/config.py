@@ -81,6 +81,12 @@ class TrainConfig:
     group_size: int = 8  # rollouts per problem; rollouts per step = batch_size x group_size
     num_substeps: int = 1  # minibatches per step, one optimizer step each, one epoch
 
+    # --- pipeline: how rollout groups reach the training step (trainer/pipelines.py) ---
+    pipeline: str = "sync"  # sync, stream (train on minibatches as they are sampled) or async
+    groups_per_batch: int = 0  # stream/async: groups per optimizer step; 0: batch_size
+    num_minibatches: int = 1  # stream: forward/backward minibatches per substep
+    max_steps_off_policy: int = 1  # async: groups sampled more updates ago are discarded
+
     # --- advantages ---
     scale_rewards: str = "none"  # none (centre only), group or batch: divide by that std
     remove_constant_reward_groups: bool = False  # drop groups whose rewards are all equal

@@ -51,6 +51,7 @@ def validate(cfg: DictConfig) -> list[str]:
     warnings: list[str] = []
     _check_sampling(cfg)
     _check_batch(cfg)
+    _check_pipeline(cfg)
     _check_optimisation(cfg, warnings)
     _check_kl_and_loss(cfg, warnings)
     _check_paths(cfg)
@@ -91,6 +92,13 @@ def _check_batch(cfg: DictConfig) -> None:
     _require(cfg.eval_every >= 0, "eval_every", cfg.eval_every, "must be >= 0; 0: at the end")
     _require(cfg.eval_samples >= 1, "eval_samples", cfg.eval_samples, "must be >= 1")
     _require(cfg.save_every >= 0, "save_every", cfg.save_every, "must be >= 0; 0 turns it off")
+
+
+def _check_pipeline(cfg: DictConfig) -> None:
+    from trainer.pipelines import check
+
+    for ok, name, value, rule in check(cfg):
+        _require(ok, name, value, rule)
 
 
 def _check_optimisation(cfg: DictConfig, warnings: list[str]) -> None:

@@ -1,0 +1,119 @@
+"""Pipelines over one shared step: the split step trains a batch exactly as before, streaming
+accumulates to the same update, async discards groups by age and logs their staleness, and
+bad pipeline settings fail in one line."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from trainer.pipelines import split_by_age, staleness
+from trainer.policy import load_policy
+from trainer.sampling import SamplingSettings, make_sampler
+from trainer.step import Groups, backward, optimizer_step, prepare, sample_groups, train_on_groups
+from trainer.tasks import AdditionTask
+from trainer.train import train
+from trainer.validation import ConfigError, validate
+
+
+def groups_of(versions: list[int]) -> list[Groups]:
+    return [Groups([None], [], torch.zeros(1, 2), [v], 0.0) for v in versions]
+
+
+def test_groups_older_than_k_updates_are_discarded():
+    # the learner has made 5 updates; K=2 keeps groups sampled at versions 3, 4 and 5
+    fresh, old = split_by_age(groups_of([5, 3, 2, 4, 0]), learner_version=5, max_steps_off_policy=2)
+    assert [g.versions_P[0] for g in fresh] == [5, 3, 4]
+    assert [g.versions_P[0] for g in old] == [2, 0]
+    # ages 0, 2, 1 -> mean 1, max 2
+    joined = Groups.join(fresh)
+    assert staleness(joined, 5) == {"async/stale_mean": 1.0, "async/stale_max": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["pipeline=batched"], "pipeline='batched': must be one of ('sync', 'stream', 'async')"),
+        (["pipeline=stream", "num_minibatches=5"], "num_minibatches=5: groups_per_batch=32 must be divisible by num_substeps x num_minibatches = 5"),
+        (["pipeline=stream", "groups_per_batch=12", "num_substeps=2", "num_minibatches=4"], "num_minibatches=4: groups_per_batch=12 must be divisible by num_substeps x num_minibatches = 8"),
+        (["pipeline=async", "num_substeps=3", "batch_size=30", "groups_per_batch=8"], "num_substeps=3: groups_per_batch=8 must be divisible by num_substeps"),
+        (["pipeline=async", "max_steps_off_policy=-1"], "max_steps_off_policy=-1: must be >= 0"),
+        (["pipeline=stream", "scale_rewards=batch"], "scale_rewards='batch': batch needs the whole batch"),
+    ],
+)  # fmt: skip
+def test_bad_pipeline_settings_fail_in_one_line(composed, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        validate(composed(*overrides))
+    assert str(error.value).startswith(message)
+
+
+def _setup(composed, *overrides):
+    cfg = composed("batch_size=4", "group_size=4", "loss=grpo", *overrides)
+    torch.manual_seed(0)
+    policy = load_policy(cfg)
+    task = AdditionTask(eval_size=16)
+    sampler = make_sampler("torch", policy, cfg)
+    problems = task.train_problems(4, random.Random(0))
+    groups = sample_groups(cfg, sampler, task, problems, SamplingSettings.from_config(cfg), 0)
+    # SGD: the update is the gradient itself, so equal gradients give equal weights
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+    return cfg, policy, groups, optimizer
+
+
+def _weights(policy) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in policy.trainable_parameters()]
+
+
+@pytest.mark.slow
+def test_the_shared_step_equals_its_parts_and_streaming_accumulates_to_the_same_update(composed):
+    cfg, policy, groups, optimizer = _setup(composed)
+    start = copy.deepcopy(policy.model.state_dict())
+    # 1. train_on_groups: one minibatch, one optimizer step
+    train_on_groups(cfg, policy, optimizer, groups, num_minibatches=1)
+    whole = _weights(policy)
+    # 2. the same groups as two streamed minibatches of 2 groups, each loss halved, one step
+    policy.model.load_state_dict(start)
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+    updates = []
+    for half in (Groups.join([_slice(groups, 0, 2)]), Groups.join([_slice(groups, 2, 4)])):
+        prepared = prepare(cfg, policy, half)
+        updates.append(backward(cfg, policy, prepared, torch.arange(8), scale=0.5))
+    optimizer_step(cfg, policy, optimizer, *updates)
+    streamed = _weights(policy)
+    for a, b in zip(whole, streamed, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-8)
+    assert any(not torch.equal(a, b) for a, b in zip(whole, _initial(start, policy), strict=True))
+
+
+def _slice(groups: Groups, a: int, b: int) -> Groups:
+    g = len(groups.rollouts_N) // len(groups)
+    return Groups(
+        groups.problems_P[a:b],
+        groups.rollouts_N[a * g : b * g],
+        groups.rewards_PG[a:b],
+        groups.versions_P[a:b],
+        0.0,
+    )
+
+
+def _initial(state: dict, policy) -> list[torch.Tensor]:
+    names = [n for n, p in policy.model.named_parameters() if p.requires_grad]
+    return [state[n] for n in names]
+
+
+@pytest.mark.slow
+def test_stream_is_on_policy_and_async_logs_staleness(composed, new_recorder):
+    small = ["batch_size=8", "group_size=4", "task.eval_size=16", "eval_every=0", "max_steps=4"]
+    stream = new_recorder()
+    train(composed(*small, "pipeline=stream", "num_minibatches=2", "num_substeps=2"), stream)
+    assert max(stream.series("kl_sample_train_v2").values()) < 1e-6  # every substep on-policy
+    off = new_recorder()
+    train(composed(*small, "pipeline=async", "max_steps_off_policy=2"), off)
+    last = off.steps[4]
+    assert 0 <= last["async/stale_mean"] <= last["async/stale_max"] <= 2
+    assert last["async/discarded"] >= 0 and math.isfinite(last["kl_sample_train_v2"])
+    assert all("async/stale_max" in off.steps[s] for s in (1, 2, 3, 4))

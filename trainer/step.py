@@ -1,0 +1,239 @@
+"""The one training step every pipeline shares (trainer/pipelines.py decides how groups arrive).
+
+sample_groups:   group_size rollouts of each problem, scored -> Groups
+train_on_groups: advantages (centred within each group) -> optional KL shaping against the
+                 reference -> minibatches of whole groups, one optimizer step each -> the
+                 post-update KL on the groups' own rollouts
+Shapes come from the groups, never from the config, so a streamed or partial batch trains
+through the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from trainer import metrics as metrics_names
+from trainer import rl_math
+from trainer.losses import LossInputs, get_loss
+from trainer.policy import Policy, TokenBatch, collate, token_logprobs
+from trainer.sampling import Rollout, SamplingSettings
+from trainer.tasks import Problem, Task
+
+
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in rewards, log-probs, the loss or the gradients: the run cannot recover."""
+
+
+# What each minibatch update reports, averaged over the step's minibatches.
+UPDATE_METRICS = (
+    metrics_names.LOSS,
+    metrics_names.GRAD_NORM,
+    metrics_names.KL_SAMPLE_TRAIN_V1,
+    metrics_names.KL_SAMPLE_TRAIN_V2,
+    metrics_names.ENTROPY,
+)
+
+
+@dataclass
+class Groups:
+    """Rollout groups to train on: P problems x G rollouts each, rollouts grouped by problem."""
+
+    problems_P: list[Problem]
+    rollouts_N: list[Rollout]
+    rewards_PG: torch.Tensor
+    versions_P: list[int]  # the policy version (step) whose weights sampled each group
+    sample_s: float  # seconds spent sampling and scoring them
+
+    def __len__(self) -> int:
+        return len(self.problems_P)
+
+    @classmethod
+    def join(cls, parts: list[Groups]) -> Groups:
+        return cls(
+            [p for g in parts for p in g.problems_P],
+            [r for g in parts for r in g.rollouts_N],
+            torch.cat([g.rewards_PG for g in parts]),
+            [v for g in parts for v in g.versions_P],
+            sum(g.sample_s for g in parts),
+        )
+
+
+def sample_groups(
+    cfg: DictConfig,
+    sampler,
+    task: Task,
+    problems_P: list[Problem],
+    settings: SamplingSettings,
+    version: int,
+) -> Groups:
+    """group_size rollouts of each problem, scored by the task."""
+    started = time.perf_counter()
+    prompts_N = [p.prompt for p in problems_P for _ in range(cfg.group_size)]
+    rollouts_N = sampler.sample(prompts_N, settings)
+    rewards_N = [
+        task.reward(problems_P[i // cfg.group_size], r.text, r.finished)
+        for i, r in enumerate(rollouts_N)
+    ]
+    rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), cfg.group_size)
+    require_finite("reward", rewards_PG)
+    elapsed = time.perf_counter() - started
+    return Groups(problems_P, rollouts_N, rewards_PG, [version] * len(problems_P), elapsed)
+
+
+@dataclass
+class Prepared:
+    """Groups as tensors with their advantages: what the updates read."""
+
+    batch: TokenBatch
+    advantages_NT: torch.Tensor
+    mask_NT: torch.Tensor  # tokens that carry gradient
+    keep_P: torch.Tensor | None  # groups kept (remove_constant_reward_groups)
+    metrics: dict[str, float]
+
+
+def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
+    """Advantages centred within each group, broadcast to every action token, and shaped by
+    the KL penalty toward the reference (the base model, adapter off). Shapes come from the
+    groups, never from the config: a pipeline may hand over any number of them."""
+    batch = collate(groups.rollouts_N, policy.tokenizer.pad_token_id).to(policy.device)
+    require_finite("sampler logprob", batch.sampler_logp_NT)
+    advantages_N = rl_math.compute_advantages(groups.rewards_PG, cfg.scale_rewards).view(-1, 1)
+    advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
+    metrics: dict[str, float] = {}
+    if cfg.kl_penalty_coef > 0:
+        with torch.no_grad(), policy.reference() as reference:
+            ref_logp_NT, _ = token_logprobs(reference, batch, cfg.temperature)
+        shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
+            batch.sampler_logp_NT,
+            ref_logp_NT,
+            batch.mask_NT,
+            cfg.kl_penalty_coef,
+            cfg.kl_discount_factor,
+        )
+        advantages_NT = advantages_NT + shaping_NT
+    mask_NT = batch.mask_NT
+    if cfg.loss.mask_truncated_completions:
+        mask_NT = mask_NT * batch.finished_N[:, None]
+    keep_P = None
+    if cfg.remove_constant_reward_groups:
+        keep_P = ~rl_math.constant_groups(groups.rewards_PG)
+    return Prepared(batch, advantages_NT, mask_NT, keep_P, metrics)
+
+
+def train_on_groups(
+    cfg: DictConfig,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    groups: Groups,
+    num_minibatches: int,
+) -> dict[str, float]:
+    """The training step every pipeline shares: num_minibatches minibatches of whole groups,
+    one optimizer step each, then the post-update KL on the groups' own rollouts."""
+    started = time.perf_counter()
+    prepared = prepare(cfg, policy, groups)
+    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_minibatches, prepared.keep_P)
+    updates = []
+    for rows in rows_M:
+        update = backward(cfg, policy, prepared, rows)
+        update[metrics_names.GRAD_NORM] = optimizer_step(cfg, policy, optimizer, update)
+        updates.append(update)
+    metrics = {**group_metrics(groups), **prepared.metrics, **average_updates(updates)}
+    metrics[metrics_names.LR] = optimizer.param_groups[0]["lr"]
+    # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
+    # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
+    if cfg.compute_post_kl:
+        metrics.update(post_update_kl(policy, prepared.batch, cfg.temperature))
+    return {**metrics, **timing(groups, time.perf_counter() - started)}
+
+
+def group_metrics(groups: Groups) -> dict[str, float]:
+    return {
+        metrics_names.REWARD: groups.rewards_PG.mean().item(),
+        metrics_names.REWARD_STD: groups.rewards_PG.std().item(),
+        **rl_math.group_outcome_fractions(groups.rewards_PG),
+    }
+
+
+def timing(groups: Groups, train_s: float) -> dict[str, float]:
+    return {
+        "time/sample_s": groups.sample_s,
+        "time/train_s": train_s,
+        "throughput/rollouts_per_s": len(groups.rollouts_N) / (groups.sample_s + train_s),
+    }
+
+
+def backward(
+    cfg: DictConfig, policy: Policy, prepared: Prepared, rows: torch.Tensor, scale: float = 1.0
+) -> dict[str, float]:
+    """Forward and backward on the given rollouts; gradients accumulate until the step.
+
+    `scale` divides a minibatch's loss when several make up one optimizer step (streaming).
+    A non-finite loss is reported, not backpropagated.
+    """
+    rows = rows.to(policy.device)
+    minibatch = prepared.batch.select(rows)
+    logp_NT, entropy_NT = token_logprobs(
+        policy.model, minibatch, cfg.temperature, with_entropy=True
+    )
+    require_finite("learner logprob", logp_NT[minibatch.mask_NT.bool()])
+    inputs = LossInputs(
+        logp_NT,
+        minibatch.sampler_logp_NT,
+        prepared.advantages_NT[rows],
+        prepared.mask_NT[rows],
+        cfg.max_tokens,
+    )
+    loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
+    if torch.isfinite(loss):
+        (loss * scale).backward()
+    # Sampler-vs-learner KL on this minibatch, before its own update took effect.
+    kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
+    return {
+        metrics_names.LOSS: loss.item(),
+        metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
+        metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
+        metrics_names.ENTROPY: rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
+    }
+
+
+def optimizer_step(
+    cfg: DictConfig, policy: Policy, optimizer: torch.optim.Optimizer, *updates: dict[str, float]
+) -> float:
+    """Clip and apply the accumulated gradients; returns the gradient norm. Nothing moves when
+    a loss or the gradient is not finite: NaN never reaches the weights."""
+    grad_norm = math.nan
+    if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm).item()
+    if math.isfinite(grad_norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+@torch.no_grad()
+def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dict[str, float]:
+    """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
+    was_training = policy.model.training
+    policy.model.eval()  # as the sampler saw it: no dropout
+    post_logp_NT, _ = token_logprobs(policy.model, batch, temperature)
+    policy.model.train(was_training)
+    v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
+    return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
+
+
+def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over the step's minibatches; with none (all groups filtered) nothing moved."""
+    if not updates:
+        return dict.fromkeys(UPDATE_METRICS, 0.0)
+    return {key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}
+
+
+def require_finite(name: str, values: torch.Tensor) -> None:
+    if not torch.isfinite(values).all():
+        raise NonFiniteError(f"{name} is not finite (NaN or inf); lower lr or check the reward")
