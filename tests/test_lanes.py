@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_pruned_trial_frees_its_slot_before_its_batch_mate_ends(tmp_path):
     args = ["hydra/launcher=joblib", "hydra.sweeper.n_jobs=2", "lr=3e-2,1e-3,2e-3"]
-    args += ["max_steps=12", "batch_size=8", "task.eval_size=16", "eval_every=0"]
+    args += ["max_steps=40", "batch_size=8", "task.eval_size=16", "eval_every=0"]
     args += ["hydra.sweeper.devices=[cpu,'cpu:0']"]  # the pool's path, on CPU
     done = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],

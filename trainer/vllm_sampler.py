@@ -55,7 +55,7 @@ class VLLMSampler:
         if self._lora is None:
             self.sync_weights()
         params = SamplingParams(
-            temperature=settings.temperature,
+            temperature=0.0 if settings.greedy else settings.temperature,  # 0: vLLM's greedy
             top_p=settings.top_p,
             top_k=settings.top_k or -1,
             min_p=settings.min_p,
