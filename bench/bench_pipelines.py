@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -29,11 +30,15 @@ PIPELINES = {
 
 
 class Curve:
+    """Every step's metrics and the wall-clock time it was reported at."""
+
     def __init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
+        self.at: dict[int, float] = {}
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         self.steps[step] = dict(metrics)
+        self.at[step] = time.perf_counter()
 
 
 def run(overrides: list[str], steps: int) -> dict[str, float]:
@@ -45,8 +50,11 @@ def run(overrides: list[str], steps: int) -> dict[str, float]:
         curve = Curve()
         train(cfg, curve)
     trained = [m for s, m in curve.steps.items() if s > 1]  # the first step warms caches up
-    rollouts = sum(len_rollouts(cfg) for _ in trained)
-    seconds = sum(m["time/sample_s"] + m["time/train_s"] for m in trained)
+    # Wall clock between reports, eval steps left out: async samples while it trains, so
+    # its own time/* metrics overlap and cannot be added up.
+    timed = [s for s in range(2, steps + 1) if "eval/reward/mean" not in curve.steps[s]]
+    seconds = sum(curve.at[s] - curve.at[s - 1] for s in timed)
+    rollouts = len(timed) * len_rollouts(cfg)
     last = curve.steps[steps]
     return {
         "rollouts_per_s": rollouts / seconds,

@@ -144,7 +144,8 @@ class AsyncPipeline:
         self.rng = random.Random(rng.random())  # the sampler thread's own problem stream
         self.group_batch = max(1, groups_per_batch(cfg) // 4)  # groups sampled at a time
         self.version = 0  # updates the sampler's weights include
-        self.ready: queue.Queue[Groups] = queue.Queue(maxsize=4 * groups_per_batch(cfg))
+        # At most one batch ahead: a sampler running further ahead only makes stale groups.
+        self.ready: queue.Queue[Groups] = queue.Queue(maxsize=groups_per_batch(cfg))
         self.resample: deque[Problem] = deque()  # problems of discarded groups
         self.weights = threading.Lock()
         self.stop = threading.Event()
