@@ -3,10 +3,14 @@ free local port. Fixtures, so each test gets its own copy pointed at its own tmp
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import optuna
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -64,3 +68,22 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+def run_sweep(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """`python -m sweeper -m <args>` in cwd, with its own MLflow store there."""
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", *args],
+        cwd=cwd,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def study_in(cwd: Path) -> optuna.Study:
+    """The one study a sweep in cwd created in its default SQLite storage."""
+    storage = f"sqlite:///{cwd}/sweeps.db"
+    (name,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage)

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
-import optuna
 import pytest
+from conftest import run_sweep, study_in
 
 from sweeper.health import (
     Breach,
@@ -139,18 +136,9 @@ def test_substeps_with_a_high_lr_trip_the_sampler_kl_rule(composed):
 @pytest.mark.slow
 def test_the_readme_sweep_prunes_what_collapses_and_keeps_what_learns(tmp_path):
     """The issue's check, all else default: lr=1e-2 collapses (bench/HEALTH.md), 2e-3 learns."""
-    done = subprocess.run(
-        [sys.executable, "-m", "sweeper", "-m", "lr=2e-3,1e-2"],
-        cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_sweep(tmp_path, "lr=2e-3,1e-2", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    storage = f"sqlite:///{tmp_path}/sweeps.db"
-    (name,) = optuna.get_all_study_names(storage)
-    trials = {t.params["lr"]: t for t in optuna.load_study(study_name=name, storage=storage).trials}
+    trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
     assert trials[2e-3].state.name == "COMPLETE"
     collapsed = trials[1e-2]
     assert collapsed.state.name == "PRUNED"

@@ -3,12 +3,8 @@ queued trial at once, while the other run is still training (no batch barrier)."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import optuna
 import pytest
+from conftest import run_sweep, study_in
 from mlflow.tracking import MlflowClient
 
 from sweeper import records
@@ -20,18 +16,9 @@ def test_a_pruned_trial_frees_its_slot_before_its_batch_mate_ends(tmp_path):
     args = ["hydra/launcher=joblib", "hydra.sweeper.n_jobs=2", "lr=3e-2,1e-3,2e-3"]
     args += ["max_steps=40", "batch_size=8", "task.eval_size=16", "eval_every=0"]
     args += ["hydra.sweeper.devices=[cpu,'cpu:0']"]  # the pool's path, on CPU
-    done = subprocess.run(
-        [sys.executable, "-m", "sweeper", "-m", *args],
-        cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
-    storage = f"sqlite:///{tmp_path}/sweeps.db"
-    (name,) = optuna.get_all_study_names(storage)
-    trials = {t.params["lr"]: t for t in optuna.load_study(study_name=name, storage=storage).trials}
+    trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
     assert trials[3e-2].state.name == "PRUNED"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     run = {lr: client.get_run(t.user_attrs["mlflow_run_id"]).info for lr, t in trials.items()}

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
+from conftest import run_sweep, study_in
 from mlflow.tracking import MlflowClient
 
 from sweeper import records
@@ -47,28 +47,15 @@ def _wait_for_checkpoint(cwd: Path, timeout: float = 180) -> None:
     raise TimeoutError("no trial reached its second checkpoint")
 
 
-def _study(cwd: Path) -> optuna.Study:
-    storage = f"sqlite:///{cwd}/sweeps.db"
-    (name,) = optuna.get_all_study_names(storage)
-    return optuna.load_study(study_name=name, storage=storage)
-
-
 def _runs(cwd: Path) -> list:
     client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
     return client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
 
 
 def _resumes_and_completes(cwd: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "sweeper", "-m", *ARGS],
-        cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_sweep(cwd, *ARGS)
     assert done.returncode == 0, done.stderr[-3000:]
-    trials = _study(cwd).trials
+    trials = study_in(cwd).trials
     completed = [t for t in trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["group_size"] for t in completed) == [2, 4]  # every point once
     (retry,) = [t for t in completed if TrialAttr.RETRY_OF in t.user_attrs]
@@ -94,7 +81,7 @@ def test_sigterm_closes_everything_at_once_and_the_point_resumes(tmp_path):
     assert sweep.returncode != 0
     assert "interrupted (SIGTERM)" in stderr and "resume with the same command" in stderr
     # at once, with no grace period to wait for: nothing RUNNING in either store
-    assert [t.number for t in _study(tmp_path).trials if t.state.name == "RUNNING"] == []
+    assert [t.number for t in study_in(tmp_path).trials if t.state.name == "RUNNING"] == []
     assert [r.info.run_name for r in _runs(tmp_path) if r.info.status == "RUNNING"] == []
     _resumes_and_completes(tmp_path)
 
