@@ -133,7 +133,7 @@ def config_dir() -> str:
     """The project's config tree: conf/ of a source checkout (an editable install), else the
     copy a regular install carries as the data package `grpo_sweeper_conf`."""
     checkout = Path(__file__).resolve().parents[1] / "conf"
-    if (checkout / "config.yaml").is_file() and (checkout / "sweep.yaml").is_file():
+    if (checkout / "config.yaml").is_file():
         return str(checkout)
     spec = importlib.util.find_spec(PACKAGED_CONFIGS)
     if spec is None or not spec.submodule_search_locations:

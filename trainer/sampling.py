@@ -10,6 +10,7 @@ that log-prob (as in TRL). `vllm_sampler` is imported only when `sampler=vllm` a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
@@ -37,6 +38,19 @@ class Rollout:
     sampler_logps: list[float]  # one per completion token
     finished: bool  # ended with end-of-sequence (False: truncated at max_tokens)
     text: str  # the completion decoded, without special tokens
+
+
+class Sampler(Protocol):
+    """What the trainer samples with (beside `Task`, what it samples for)."""
+
+    def sync_weights(self) -> None:
+        """Called before sampling with new weights: an engine of its own takes them here."""
+
+    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
+        """One completion per prompt, with the sampler's per-token log-probs."""
+
+
+SAMPLERS = ("torch", "vllm")  # sampler.name: make_sampler builds each
 
 
 def generation_config(s: SamplingSettings, tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
@@ -101,7 +115,7 @@ class TorchSampler:
         return rollouts
 
 
-def make_sampler(name: str, policy, cfg):
+def make_sampler(name: str, policy, cfg) -> Sampler:
     if name == "vllm":
         from trainer.vllm_sampler import VLLMSampler  # GPU extra: imported only when asked for
 

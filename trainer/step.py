@@ -21,7 +21,7 @@ from trainer import metrics as metrics_names
 from trainer import rl_math
 from trainer.losses import LossInputs, get_loss
 from trainer.policy import Policy, TokenBatch, collate, token_logprobs
-from trainer.sampling import Rollout, SamplingSettings
+from trainer.sampling import Rollout, Sampler, SamplingSettings
 from trainer.tasks import Problem, Task
 
 
@@ -65,7 +65,7 @@ class Groups:
 
 def sample_groups(
     cfg: DictConfig,
-    sampler,
+    sampler: Sampler,
     task: Task,
     problems_P: list[Problem],
     settings: SamplingSettings,

@@ -28,7 +28,7 @@ from trainer.lr import make_scheduler, resolve_lr
 from trainer.pipelines import make_pipeline
 from trainer.policy import load_policy
 from trainer.progress import progress
-from trainer.sampling import SamplingSettings, make_sampler
+from trainer.sampling import Sampler, SamplingSettings, make_sampler
 from trainer.step import NonFiniteError
 from trainer.tasks import Task
 from trainer.validation import validate
@@ -116,7 +116,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
 
 @torch.no_grad()
 def evaluate(
-    sampler, task: Task, settings: SamplingSettings, cfg: DictConfig
+    sampler: Sampler, task: Task, settings: SamplingSettings, cfg: DictConfig
 ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Held-out reward with its standard error over problems, sampled and greedy.
 

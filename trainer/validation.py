@@ -16,9 +16,10 @@ from omegaconf import DictConfig
 from trainer.losses import LOSSES
 from trainer.lr import LR_EXPONENTS, LR_SCHEDULES
 from trainer.rl_math import SCALE_REWARDS
+from trainer.sampling import SAMPLERS
 
-SAMPLERS = ("torch", "vllm")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
+
 DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
 
 
