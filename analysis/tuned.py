@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
-from analysis.report import no_best_message
+from analysis.report import no_best_message, study_verdict
 from sweeper.records import TrialAttr
 
 
@@ -54,5 +54,6 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     finally:
         GlobalHydra.instance().clear()
     trial = data.study.trials[number]
-    notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction)
+    verdict = study_verdict(data).text
+    notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction, verdict)
     return render_tuned(cfg, overrides, notes)

@@ -37,6 +37,9 @@ class HealthRule:
     warmup_steps: int = 0  # steps up to this one are not checked
     advice: str = ""  # what a person does about it, one clause
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "check", Check(self.check))  # "above" as well as Check.above
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "check": self.check.value}
 

@@ -369,8 +369,10 @@ class SweepRunner:
             return
         overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        notes = tuned_notes(self.name, self.s.storage, best, self.s.objective, self.s.direction)
-        notes["verdict"] = " ".join(study_verdict(study, self.s.maximize).lines)
+        verdict = study_verdict(study, self.s.maximize).text
+        notes = tuned_notes(
+            self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
+        )
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number

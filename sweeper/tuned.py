@@ -33,14 +33,16 @@ def tuned_path(study_name: str, root: Path | None = None) -> Path:
 
 
 def tuned_notes(
-    study: str, storage: str, trial: FrozenTrial, objective: str, direction: str
+    study: str, storage: str, trial: FrozenTrial, objective: str, direction: str, verdict: str
 ) -> dict[str, Any]:
-    """The comment lines of a tuned file: where its values come from, how to reuse them."""
+    """The comment lines of a tuned file: where its values come from, how sure the verdict
+    is (analysis/verdict.py), how to reuse them."""
     return {
         "study": f"{study} (storage {storage})",
         "best trial": f"t{trial.number}, {objective} = {trial.value:.4g} ({direction})",
         "MLflow run": trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID, "-"),
         "reuse": f"python -m trainer +tuned={study}",
+        "verdict": " ".join(verdict.splitlines()),
     }
 
 
