@@ -62,9 +62,15 @@ def record(lrs: list[float], substeps: list[int], steps: int, out: Path) -> None
                     curve.steps.setdefault(-1, {"error": str(e)})
             runs[key] = {str(s): m for s, m in sorted(curve.steps.items())}
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(runs, indent=1))
+            out.write_text(as_lines(runs))
             final = curve.steps[max(s for s in curve.steps if s >= 0)].get(EVAL)
             print(f"{key}: final eval {final} in {time.perf_counter() - curve.started:.0f} s")
+
+
+def as_lines(runs: dict) -> str:
+    """One run per line: small, and a diff shows which runs changed."""
+    lines = [f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in runs.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def as_numbers(metrics: dict) -> dict[str, float]:
