@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mlflow
@@ -105,17 +106,41 @@ def close_trial_run(
 def finish_parent_run(
     run_id: str, trials: Sequence[FrozenTrial], best: FrozenTrial | None, status: str, verdict: str
 ) -> None:
-    """Best trial, the verdict, trials.csv and the final status on the study's parent run."""
+    """Best trial, the verdict, trials.csv and the final status on the study's parent run.
+
+    Every worker of a study finishes it; two finishing at once race to insert the same tag
+    (MLflow's set_tag reads, then inserts), so each write is retried: the retry updates.
+    """
     client = tracking_client(tracking_uri())
+    writes = []
     if best is not None:
-        client.log_metric(run_id, "best_value", best.value)
-        client.log_metric(run_id, "best_trial", best.number)
-        client.set_tag(run_id, Tag.BEST_PARAMS, json.dumps(best.params))
+        writes += [
+            lambda: client.log_metric(run_id, "best_value", best.value),
+            lambda: client.log_metric(run_id, "best_trial", best.number),
+            lambda: client.set_tag(run_id, Tag.BEST_PARAMS, json.dumps(best.params)),
+        ]
     if verdict:
-        client.set_tag(run_id, Tag.VERDICT, verdict[:5000])
-        client.log_text(run_id, verdict + "\n", "verdict.txt")
-    client.log_text(run_id, trials_csv(trials), "trials.csv")
-    client.set_terminated(run_id, status=status)
+        writes += [
+            lambda: client.set_tag(run_id, Tag.VERDICT, verdict[:5000]),
+            lambda: client.log_text(run_id, verdict + "\n", "verdict.txt"),
+        ]
+    writes += [
+        lambda: client.log_text(run_id, trials_csv(trials), "trials.csv"),
+        lambda: client.set_terminated(run_id, status=status),
+    ]
+    for write in writes:
+        _retried(write)
+
+
+def _retried(write: Callable[[], Any], attempts: int = 4) -> None:
+    for attempt in range(attempts):
+        try:
+            write()
+            return
+        except Exception:  # a write racing another worker's: the next try sees its row
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def trials_csv(trials: Sequence[FrozenTrial]) -> str:
