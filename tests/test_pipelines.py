@@ -10,6 +10,7 @@ import random
 
 import pytest
 import torch
+from conftest import run_sweep, study_in
 
 from trainer.pipelines import split_by_age, staleness
 from trainer.policy import load_policy
@@ -117,3 +118,14 @@ def test_stream_is_on_policy_and_async_logs_staleness(composed, new_recorder):
     assert 0 <= last["async/stale_mean"] <= last["async/stale_max"] <= 2
     assert last["async/discarded"] >= 0 and math.isfinite(last["kl_sample_train_v2"])
     assert all("async/stale_max" in off.steps[s] for s in (1, 2, 3, 4))
+
+
+@pytest.mark.slow
+def test_a_sweep_compares_the_pipelines(tmp_path):
+    done = run_sweep(
+        tmp_path, "pipeline=sync,stream,async", "max_steps=3", "batch_size=8", "task.eval_size=16"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = {t.params["pipeline"]: t for t in study_in(tmp_path).trials}
+    assert set(trials) == {"sync", "stream", "async"}
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials.values())
