@@ -145,3 +145,17 @@ def test_the_readme_sweep_prunes_what_collapses_and_keeps_what_learns(tmp_path):
     breach = Breach.from_dict(collapsed.user_attrs["prune_reason"])
     assert breach.rule == "post_update_kl" and breach.step <= 10
     assert str(breach) in done.stdout  # the one line a person reads in the final table
+
+
+@pytest.mark.slow
+def test_an_unstable_async_run_is_caught(composed):
+    # stale groups (K=4) with a high lr: the health rules stop it within its first steps
+    reporter = MonitorReporter(default_rules(0.01))
+    cfg = composed(
+        "pipeline=async", "max_steps_off_policy=4", "lr=3e-2", "max_steps=10", "eval_every=0",
+        "task.eval_size=16",
+    )  # fmt: skip
+    with pytest.raises(TrialPruned) as pruned:
+        train(cfg, reporter)
+    assert pruned.value.breach.rule in ("post_update_kl", "sampler_kl")
+    assert pruned.value.breach.step <= 10

@@ -103,3 +103,10 @@ def test_minibatches_drop_filtered_groups_and_empty_minibatches():
     keep_P = torch.tensor([False, True, False, False])
     rows = rl_math.minibatch_rows(batch_size=4, group_size=3, num_substeps=2, keep_P=keep_P)
     assert [r.tolist() for r in rows] == [[3, 4, 5]]  # problem 1 only; the 2nd chunk is empty
+
+
+def test_mean_and_stderr_use_the_sample_sd():
+    # [1, 0, 0, 1]: mean 0.5; sample variance (4 x 0.25) / 3 = 1/3; stderr sqrt(1/3 / 4) = sqrt(1/12)
+    mean, stderr = rl_math.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
+    assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
+    assert rl_math.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure
