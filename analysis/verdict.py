@@ -85,6 +85,8 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
 
 def summarize(config: Config) -> Summary:
     values = config.values
+    if not values:  # every seed pruned or failed: nothing to average
+        return Summary(config, stats.Interval(math.nan, math.nan, math.nan, "no completed seed"))
     if len(values) >= 2:
         return Summary(config, stats.t_interval(values))
     stderr = next((s.stderr for s in config.seeds if _finite(s.value)), None)
@@ -119,11 +121,9 @@ def verdict(configs: Sequence[Config], maximize: bool = True) -> Verdict:
     sign = 1 if maximize else -1
     runner = ranked[1]
     diff = _signed(difference(best.config, runner.config), sign)
-    tied = [
-        s.label
-        for s in ranked[1:]
-        if not _signed(difference(best.config, s.config), sign).excludes_zero
-    ]
+    # A difference with no interval (no stderr logged) is unknown, not a tie.
+    gaps = {s.label: _signed(difference(best.config, s.config), sign) for s in ranked[1:]}
+    tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
     shown = _interval_text(diff)
     if diff.excludes_zero:
         lines.append(

@@ -98,3 +98,13 @@ def test_one_configuration_has_no_runner_up_and_minimizing_flips_the_sign():
     v = verdict([low, high], maximize=False)
     assert v.best.label == "t0" and v.runner_up_difference.estimate == pytest.approx(0.5)
     assert verdict([]).lines == ["No completed configuration yet: no verdict."]
+
+
+def test_no_interval_is_unknown_not_a_tie_and_no_completed_seed_has_no_mean():
+    best = Config("t0", {}, (Seed(0, 0.40, 0.02),))
+    no_stderr = Config("t1", {}, (Seed(0, 0.39, None),))  # logged no eval stderr
+    close = Config("t2", {}, (Seed(0, 0.39, 0.02),))
+    v = verdict([best, no_stderr, close])
+    assert v.tied_with_best == ["t2"]  # t1's difference has no interval: not called a tie
+    empty = summarize(Config("t3", {}, (Seed(0, None, None),)))
+    assert not empty.interval.known and empty.interval.method == "no completed seed"
