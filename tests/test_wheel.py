@@ -39,8 +39,10 @@ def installed(tmp_path_factory) -> Path:
         [sys.executable, "-m", "venv", "--system-site-packages", str(root / "venv")], check=True
     )
     python = root / "venv" / "bin" / "python"
-    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)]
-    subprocess.run(install, check=True, capture_output=True, timeout=600)
+    # Outside the checkout and without PYTHONPATH: the build leaves grpo_sweeper.egg-info in
+    # the checkout, and pip, seeing it on sys.path, would call the wheel already installed.
+    done = run(python, root, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel))
+    assert done.returncode == 0, done.stderr[-2000:]
     return python
 
 
