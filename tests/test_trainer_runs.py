@@ -34,7 +34,8 @@ def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
         "reward/mean", "reward/std", "groups/frac_mixed", "groups/frac_all_good",
         "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "kl_pre_post_v1",
         "kl_pre_post_v2", "entropy", "kl_policy_ref", "loss", "grad_norm", "lr", "time/sample_s",
-        "time/train_s", "throughput/rollouts_per_s", *evals,
+        "time/train_s", "time/forward_backward_s", "time/optimizer_s", "throughput/rollouts_per_s",
+        *evals,
     }  # fmt: skip
     assert set(recorder.steps[2]) == expected  # the last step evaluates too
     assert set(recorder.steps[1]) == expected - evals

@@ -36,7 +36,7 @@ def test_vllm_log_probs_match_the_learner_and_follow_the_adapter(composed):
     _, kl_v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, learner_NT, batch.mask_NT)
     assert kl_v2 < 1e-3, kl_v2
     started = time.perf_counter()
-    TorchSampler(policy.model, policy.tokenizer, policy.device).sample(prompts, settings)
+    TorchSampler(policy).sample(prompts, settings)
     torch_s = time.perf_counter() - started
     print(f"vLLM {len(prompts) / vllm_s:.0f} vs torch {len(prompts) / torch_s:.0f} rollouts/s")
     greedy = SamplingSettings(max_tokens=8, greedy=True)

@@ -55,7 +55,12 @@ class LossConfig:
 
 @dataclass
 class SamplerConfig:
-    name: str = "torch"  # torch (transformers generate, KV cache) or vllm (GPU, optional)
+    name: str = "torch"  # torch (KV-cached decoding in this process) or vllm (GPU, optional)
+    # torch only: sample from a copy with LoRA merged into the weights (faster; costs one
+    # copy of the LoRA-targeted weights). false samples through the PEFT model itself.
+    merge_lora: bool = True
+    # torch only: prompt + completion tokens decoded at once; bounds the KV cache's memory
+    batch_tokens: int = 8192
     gpu_memory_utilization: float = 0.3  # vllm only: share of GPU memory for its KV cache
 
 

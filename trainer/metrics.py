@@ -16,6 +16,13 @@ LOSS = "loss"
 GRAD_NORM = "grad_norm"
 LR = "lr"
 
+# Where a step's time goes, in seconds (sampling includes scoring; train is the rest).
+TIME_SAMPLE = "time/sample_s"
+TIME_TRAIN = "time/train_s"
+TIME_FORWARD_BACKWARD = "time/forward_backward_s"  # of train: the learner's passes
+TIME_OPTIMIZER = "time/optimizer_s"  # of train: clipping and the optimizer's steps
+ROLLOUTS_PER_S = "throughput/rollouts_per_s"
+
 # Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's
 # standard error over problems sits beside it (`stderr_of`).
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)

@@ -100,7 +100,9 @@ class StreamPipeline(SyncPipeline):
                 ]
                 parts.append(groups)
             if in_step:
+                stepped = time.perf_counter()
                 grad_norm = optimizer_step(cfg, self.policy, self.optimizer, *in_step)
+                in_step[0][metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
                 for update in in_step:
                     update[metrics_names.GRAD_NORM] = grad_norm
             updates += in_step

@@ -1,19 +1,30 @@
 """Batched sampling that records the sampler's per-token log-probs.
 
-`TorchSampler` wraps transformers' `generate` (KV cache, stops at end-of-sequence) and
-works on CPU and GPU. The recorded log-prob of a token is log_softmax(logits / temperature):
-the tempered policy the learner also computes, so on-policy the sampler-train KL measures only
-numerical mismatch. top_p/top_k/min_p/repetition_penalty shape which tokens are drawn but not
-that log-prob (as in TRL). `vllm_sampler` is imported only when `sampler=vllm` asks for it.
+`TorchSampler` decodes with a KV cache on the policy's inference copy (LoRA merged into the
+weights), stops at end-of-sequence, and works on CPU and GPU. The recorded log-prob of a token
+is log_softmax(logits / temperature): the tempered policy the learner also computes, so
+on-policy the sampler-train KL measures only numerical mismatch. top_p/top_k/min_p and
+repetition_penalty shape which tokens are drawn but not that log-prob (as in TRL).
+`vllm_sampler` is imported only when `sampler=vllm` asks for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import DynamicCache
+from transformers.generation import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+if TYPE_CHECKING:
+    from trainer.policy import Policy
 
 
 @dataclass
@@ -53,66 +64,154 @@ class Sampler(Protocol):
 SAMPLERS = ("torch", "vllm")  # sampler.name: make_sampler builds each
 
 
-def generation_config(s: SamplingSettings, tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
-    return GenerationConfig(
-        do_sample=not s.greedy,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k or None,
-        min_p=s.min_p or None,
-        repetition_penalty=s.repetition_penalty,
-        max_new_tokens=s.max_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+def logits_warpers(s: SamplingSettings) -> LogitsProcessorList:
+    """transformers' own processors for the settings that shape which token is drawn."""
+    warpers = LogitsProcessorList()
+    if s.repetition_penalty != 1.0:
+        warpers.append(RepetitionPenaltyLogitsProcessor(s.repetition_penalty))
+    if s.top_k:
+        warpers.append(TopKLogitsWarper(s.top_k))
+    if s.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(s.top_p))
+    if s.min_p:
+        warpers.append(MinPLogitsWarper(s.min_p))
+    return warpers
 
 
 class TorchSampler:
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, device) -> None:
-        self.model, self.tokenizer, self.device = model, tokenizer, device
+    """KV-cached decoding on `Policy.inference()` (LoRA merged), in this process.
+
+    A lean loop instead of `generate`: one forward a token, the last position's logits only,
+    stops once every row has ended, and no per-token Python work per row.
+    """
+
+    def __init__(self, policy: Policy, batch_tokens: int = 8192) -> None:
+        self.policy = policy
+        self.batch_tokens = batch_tokens  # prompt + completion tokens decoded at once (memory)
 
     def sync_weights(self) -> None:
-        """Nothing to do: generate() reads the live weights."""
+        """Nothing to do: the inference copy re-merges whenever the adapter changed."""
 
     @torch.no_grad()
-    def sample(
-        self, prompts: list[str], settings: SamplingSettings, chunk_size: int = 512
-    ) -> list[Rollout]:
+    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
+        tok = self.policy.tokenizer
+        distinct = list(dict.fromkeys(prompts))  # a group's prompt is tokenized once
+        ids_of = dict(zip(distinct, tok(distinct).input_ids, strict=True))
+        longest = max(len(ids) for ids in ids_of.values())
+        rows = max(1, self.batch_tokens // (longest + settings.max_tokens))
         rollouts: list[Rollout] = []
-        for start in range(0, len(prompts), chunk_size):
-            rollouts += self._sample_chunk(prompts[start : start + chunk_size], settings)
+        for start in range(0, len(prompts), rows):
+            chunk = [ids_of[p] for p in prompts[start : start + rows]]
+            rollouts += self._sample_chunk(chunk, settings)
         return rollouts
 
-    def _sample_chunk(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
-        tok = self.tokenizer
-        tok.padding_side = "left"  # generation appends on the right
-        enc = tok(prompts, return_tensors="pt", padding=True).to(self.device)
-        was_training = self.model.training
-        self.model.eval()
-        out = self.model.generate(**enc, generation_config=generation_config(settings, tok))
-        self.model.train(was_training)
-        new_tokens_NT = out.sequences[:, enc.input_ids.shape[1] :].cpu()
-        logits_NTV = torch.stack(out.logits, dim=1).float().cpu() / settings.temperature
-        logp_NT = torch.log_softmax(logits_NTV, dim=-1).gather(-1, new_tokens_NT[..., None])[..., 0]
-        rollouts = []
-        for i in range(len(prompts)):
-            prompt_ids = enc.input_ids[i][enc.attention_mask[i].bool()].tolist()
-            tokens = new_tokens_NT[i].tolist()
-            finished = tok.eos_token_id in tokens
-            length = tokens.index(tok.eos_token_id) + 1 if finished else len(tokens)
-            completion = tokens[:length]
-            rollouts.append(
-                Rollout(
-                    prompt_ids=prompt_ids,
-                    completion_ids=completion,
-                    sampler_logps=logp_NT[i, :length].tolist(),
-                    finished=finished,
-                    text=tok.decode(completion, skip_special_tokens=True),
-                )
+    def _sample_chunk(
+        self, prompt_ids: list[list[int]], settings: SamplingSettings
+    ) -> list[Rollout]:
+        tok, device = self.policy.tokenizer, self.policy.device
+        distinct = list(dict.fromkeys(map(tuple, prompt_ids)))
+        row_of = {ids: i for i, ids in enumerate(distinct)}
+        prompt_rows_N = torch.tensor([row_of[tuple(ids)] for ids in prompt_ids], device=device)
+        input_ids_DP, attention_mask_DP = left_pad(
+            [list(ids) for ids in distinct], tok.pad_token_id
+        )
+        with self.policy.inference() as model:
+            tokens_NT, logp_NT = decode(
+                model,
+                input_ids_DP.to(device),
+                attention_mask_DP.to(device),
+                prompt_rows_N,
+                settings,
+                tok.eos_token_id,
+                tok.pad_token_id,
             )
-        return rollouts
+        tokens, logps = tokens_NT.tolist(), logp_NT.tolist()
+        eos = tok.eos_token_id
+        lengths = [row.index(eos) + 1 if eos in row else len(row) for row in tokens]
+        completions = [row[:n] for row, n in zip(tokens, lengths, strict=True)]
+        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        return [
+            Rollout(ids, completion, row[:n], eos in completion, text)
+            for ids, completion, row, n, text in zip(
+                prompt_ids, completions, logps, lengths, texts, strict=True
+            )
+        ]
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows as a left-padded tensor and its attention mask (generation appends right)."""
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
+def decode(
+    model: torch.nn.Module,
+    input_ids_DP: torch.Tensor,
+    attention_mask_DP: torch.Tensor,
+    prompt_rows_N: torch.Tensor,
+    settings: SamplingSettings,
+    eos_id: int,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample up to max_tokens tokens after left-padded prompts, with a KV cache.
+
+    The D distinct prompts are run once; row n of the output continues prompt prompt_rows_N[n]
+    (a group's G rollouts share their prompt's cache instead of recomputing it G times).
+
+    Returns the tokens (pad after end-of-sequence) and each token's log-prob under the
+    tempered policy, log_softmax(logits / temperature), whatever top_p/top_k/min_p drew it.
+    """
+    warpers = logits_warpers(settings)
+    positions_DP = (attention_mask_DP.cumsum(-1) - 1).clamp(min=0)
+    # A growing cache: measured faster than transformers' preallocated StaticCache here, on
+    # the tiny model and at 64 tokens on a 512-wide one (11.2 vs 12.5 ms, 0.99 vs 1.05 s).
+    cache = DynamicCache(config=model.config)
+    logits_DV = model(
+        input_ids=input_ids_DP,
+        attention_mask=attention_mask_DP,
+        position_ids=positions_DP,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    cache.batch_select_indices(prompt_rows_N)  # each row's own copy of its prompt's keys/values
+    logits_NV = logits_DV[prompt_rows_N]
+    position_N1 = positions_DP[prompt_rows_N, -1:]
+    mask_NL = attention_mask_DP[prompt_rows_N]
+    seen_NL = input_ids_DP[prompt_rows_N]  # what the repetition penalty looks at
+    ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DP.device)
+    tokens, logps = [], []
+    for t in range(settings.max_tokens):
+        scores_NV = logits_NV.float() / settings.temperature
+        logp_NV = torch.log_softmax(scores_NV, dim=-1)
+        if settings.greedy:
+            token_N = scores_NV.argmax(-1)
+        else:
+            drawn_NV = warpers(seen_NL, scores_NV) if warpers else scores_NV
+            token_N = torch.multinomial(torch.softmax(drawn_NV, dim=-1), 1)[:, 0]
+        token_N = token_N.masked_fill(ended_N, pad_id)
+        tokens.append(token_N)
+        logps.append(logp_NV.gather(-1, token_N[:, None])[:, 0])
+        ended_N = ended_N | (token_N == eos_id)
+        if t == settings.max_tokens - 1 or bool(ended_N.all()):
+            break
+        mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)
+        position_N1 = position_N1 + 1
+        if warpers:
+            seen_NL = torch.cat([seen_NL, token_N[:, None]], dim=1)
+        logits_NV = model(
+            input_ids=token_N[:, None],
+            attention_mask=mask_NL,
+            position_ids=position_N1,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
+    return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()
 
 
 def make_sampler(name: str, policy, cfg) -> Sampler:
@@ -120,4 +219,4 @@ def make_sampler(name: str, policy, cfg) -> Sampler:
         from trainer.vllm_sampler import VLLMSampler  # GPU extra: imported only when asked for
 
         return VLLMSampler(policy, cfg)
-    return TorchSampler(policy.model, policy.tokenizer, policy.device)
+    return TorchSampler(policy, cfg.sampler.batch_tokens)

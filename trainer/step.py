@@ -37,6 +37,7 @@ UPDATE_METRICS = (
     metrics_names.KL_SAMPLE_TRAIN_V2,
     metrics_names.ENTROPY,
 )
+UPDATE_SECONDS = (metrics_names.TIME_FORWARD_BACKWARD, metrics_names.TIME_OPTIMIZER)
 
 
 @dataclass
@@ -140,7 +141,9 @@ def train_on_groups(
     updates = []
     for rows in rows_M:
         update = backward(cfg, policy, prepared, rows)
+        stepped = time.perf_counter()
         update[metrics_names.GRAD_NORM] = optimizer_step(cfg, policy, optimizer, update)
+        update[metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
         updates.append(update)
     metrics = {**group_metrics(groups), **prepared.metrics, **average_updates(updates)}
     metrics[metrics_names.LR] = optimizer.param_groups[0]["lr"]
@@ -161,9 +164,9 @@ def group_metrics(groups: Groups) -> dict[str, float]:
 
 def timing(groups: Groups, train_s: float) -> dict[str, float]:
     return {
-        "time/sample_s": groups.sample_s,
-        "time/train_s": train_s,
-        "throughput/rollouts_per_s": len(groups.rollouts_N) / (groups.sample_s + train_s),
+        metrics_names.TIME_SAMPLE: groups.sample_s,
+        metrics_names.TIME_TRAIN: train_s,
+        metrics_names.ROLLOUTS_PER_S: len(groups.rollouts_N) / (groups.sample_s + train_s),
     }
 
 
@@ -175,6 +178,7 @@ def backward(
     `scale` divides a minibatch's loss when several make up one optimizer step (streaming).
     A non-finite loss is reported, not backpropagated.
     """
+    started = time.perf_counter()
     rows = rows.to(policy.device)
     minibatch = prepared.batch.select(rows)
     logp_NT, entropy_NT = token_logprobs(
@@ -198,6 +202,7 @@ def backward(
         metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
         metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
         metrics_names.ENTROPY: rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
+        metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
     }
 
 
@@ -212,6 +217,7 @@ def optimizer_step(
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm).item()
     if math.isfinite(grad_norm):
         optimizer.step()
+        policy.weights_changed()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
@@ -219,19 +225,19 @@ def optimizer_step(
 @torch.no_grad()
 def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dict[str, float]:
     """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
-    was_training = policy.model.training
-    policy.model.eval()  # as the sampler saw it: no dropout
-    post_logp_NT, _ = token_logprobs(policy.model, batch, temperature)
-    policy.model.train(was_training)
+    with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
+        post_logp_NT, _ = token_logprobs(model, batch, temperature)
     v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
     return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
 
 
 def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
-    """Mean over the step's minibatches; with none (all groups filtered) nothing moved."""
+    """Mean over the step's minibatches (times: the sum); with none (all groups filtered)
+    nothing moved."""
+    times = {key: sum(u.get(key, 0.0) for u in updates) for key in UPDATE_SECONDS}
     if not updates:
-        return dict.fromkeys(UPDATE_METRICS, 0.0)
-    return {key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}
+        return {**dict.fromkeys(UPDATE_METRICS, 0.0), **times}
+    return {**{key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}, **times}
 
 
 def require_finite(name: str, values: torch.Tensor) -> None:

@@ -29,7 +29,7 @@ from trainer.tasks import AdditionTask, exact_match_reward
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = 2  # bump when the build procedure changes, so old caches are not reused
+RECIPE_VERSION = 3  # bump when the build procedure changes, so old caches are not reused
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>"]
 CHARACTERS = list("0123456789+-=*/ ")
 PROBE_SIZE = 256  # problems sampled to measure the warm start's accuracy
@@ -101,10 +101,12 @@ def supervised_batch(problems, tokenizer) -> dict[str, torch.Tensor]:
 
 
 def sampled_accuracy(model, tokenizer, problems) -> float:
+    from trainer.policy import Policy
     from trainer.sampling import SamplingSettings, TorchSampler
 
-    sampler = TorchSampler(model, tokenizer, torch.device("cpu"))
-    rollouts = sampler.sample([p.prompt for p in problems], SamplingSettings(max_tokens=6))
+    sampler = TorchSampler(Policy(model, tokenizer, torch.device("cpu")))
+    with torch.random.fork_rng():  # probing never changes the training's random stream
+        rollouts = sampler.sample([p.prompt for p in problems], SamplingSettings(max_tokens=6))
     rewards = [
         exact_match_reward(p.answer, r.text, r.finished)
         for p, r in zip(problems, rollouts, strict=True)

@@ -71,6 +71,8 @@ def _check_sampling(cfg: DictConfig) -> None:
     _require(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
     name = cfg.sampler.name
     _require(name in SAMPLERS, "sampler.name", name, f"must be one of {SAMPLERS}")
+    tokens = cfg.sampler.batch_tokens
+    _require(tokens >= 1, "sampler.batch_tokens", tokens, "must be >= 1")
 
 
 def _check_batch(cfg: DictConfig) -> None:

@@ -1,0 +1,334 @@
+"""Our trainer against TRL's GRPOTrainer on equal work, alternated A B A B.
+
+    pip install ".[bench]"                              # TRL, for this benchmark only
+    python bench/bench_vs_trl.py --workload small       # 8 prompts x 4, 8 tokens, LoRA r8
+    python bench/bench_vs_trl.py --workload medium      # 16 prompts x 8, 8 tokens, LoRA r16
+    python bench/bench_vs_trl.py --workload large       # hidden 512, 4 layers, 64 tokens
+
+Both trainers load the same checkpoint directory and tokenizer, get the same prompts (the
+addition task's training problems, BOS added by the tokenizer in both), the same exact-match
+reward, temperature 1, LoRA on every linear layer, fp32, one AdamW step per batch, no KL
+penalty, torch on --threads threads. Each run is its own process (so peak RSS is its own), and
+runs alternate ours, TRL, ours, TRL, ... --repeats times. Per run: the median step time
+excluding the first step (and our last, which holds the final eval), rollouts/s, the split
+into sampling / forward+backward / optimizer, and peak RSS. Nothing here asserts a timing;
+results go to bench/results/vs_trl_<workload>.json and BENCHMARKS.md.
+
+The large workload's model is random (built here, cached): its output layer makes
+end-of-sequence rare, so nearly every completion runs the full 64 tokens in both trainers and
+generation dominates, as with long reasoning completions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+WORKLOADS = {
+    "small": {"prompts": 8, "group": 4, "tokens": 8, "rank": 8, "model": "tiny"},
+    "medium": {"prompts": 16, "group": 8, "tokens": 8, "rank": 16, "model": "tiny"},
+    "large": {"prompts": 8, "group": 4, "tokens": 64, "rank": 8, "model": "large"},
+}
+LR = 2e-3
+SPLITS = {  # our step's time split: the metric that holds each part
+    "sample": "time/sample_s",
+    "forward_backward": "time/forward_backward_s",
+    "optimizer": "time/optimizer_s",
+}
+# Not timed, so kept short in every run of ours: the baseline and final evals (TRL runs none).
+EVAL = ["task.eval_size=64", "eval_greedy=false"]
+
+
+def model_dir(kind: str) -> Path:
+    if kind == "tiny":
+        from hydra import compose, initialize_config_dir
+
+        from trainer.config import config_dir
+        from trainer.tiny_model import build_tiny_model
+
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            return build_tiny_model(compose("config").model.tiny)
+    return build_large_model()
+
+
+def build_large_model(hidden: int = 512, layers: int = 4) -> Path:
+    """A random Llama of the tiny model's tokenizer, wider and deeper; end-of-sequence rare."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.tiny_model import build_tokenizer
+
+    target = Path(os.path.expanduser("~/.cache/grpo-sweeper")) / f"bench-llama-{hidden}x{layers}"
+    if (target / "config.json").exists():
+        return target
+    tokenizer = build_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # logits spread ~ N(0, 4.5): sampling has entropy, EOS (logit 0) is rare
+        model.lm_head.weight.normal_(0.0, 0.2)
+        model.lm_head.weight[tokenizer.eos_token_id] = 0.0
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) -> dict:
+    import logging
+
+    from hydra import compose, initialize_config_dir
+
+    from trainer.config import config_dir
+    from trainer.train import train
+
+    logging.disable(logging.WARNING)
+    stamps: list[float] = []
+    splits: dict[str, list[float]] = {key: [] for key in SPLITS}
+
+    class Timer:
+        def report(self, step: int, metrics: dict[str, float]) -> None:
+            stamps.append(time.perf_counter())
+            if step > 0:  # an older trainer (--before) may lack the split: nan
+                for key, name in SPLITS.items():
+                    splits[key].append(metrics.get(name, float("nan")))
+
+    with (
+        tempfile.TemporaryDirectory() as out,
+        initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"),
+    ):
+        cfg = compose(
+            "config",
+            overrides=[
+                f"output_dir={out}",
+                f"model.path={path}",
+                f"batch_size={work['prompts']}",
+                f"group_size={work['group']}",
+                f"max_tokens={work['tokens']}",
+                f"lora_rank={work['rank']}",
+                f"lora_alpha={2 * work['rank']}",
+                f"lr={LR}",
+                f"max_steps={steps}",
+                "eval_every=0",
+                "save_every=0",
+                *EVAL,
+                *extra,
+            ],
+        )
+        train(cfg, Timer())
+    step_s = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][1:-1]
+    return summarise(step_s, {k: v[1:-1] for k, v in splits.items()}, work)
+
+
+def run_trl(work: dict, path: Path, steps: int) -> dict:
+    import random
+
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.tasks import AdditionTask, exact_match_reward
+
+    task = AdditionTask(num_digits=2, eval_size=400, seed=0)
+    problems = task.train_problems(work["prompts"] * (steps + 1), random.Random(0))
+    dataset = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems])
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    eos = tokenizer.eos_token_id
+
+    def reward(completions, answer, completion_ids, **_) -> list[float]:
+        return [
+            exact_match_reward(a, c, bool(ids) and ids[-1] == eos)
+            for c, a, ids in zip(completions, answer, completion_ids, strict=True)
+        ]
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=work["prompts"] * work["group"],
+            num_generations=work["group"],
+            gradient_accumulation_steps=1,
+            steps_per_generation=1,
+            max_completion_length=work["tokens"],
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            beta=0.0,
+            temperature=1.0,
+            max_steps=steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            bf16=False,
+            disable_tqdm=True,
+            seed=0,
+            shuffle_dataset=False,
+        )
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        lora = LoraConfig(
+            r=work["rank"],
+            lora_alpha=2 * work["rank"],
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        trainer = GRPOTrainer(
+            model, reward, args, dataset, processing_class=tokenizer, peft_config=lora
+        )
+        times: dict[str, list[float]] = {"step": [], "sample": [], "optimizer": []}
+        generate = trainer._generate_and_score_completions  # sampling, scoring, advantages
+
+        def timed_generate(*a, **k):
+            started = time.perf_counter()
+            result = generate(*a, **k)
+            times["sample"].append(time.perf_counter() - started)
+            return result
+
+        trainer._generate_and_score_completions = timed_generate
+
+        class Timer(TrainerCallback):
+            def on_step_begin(self, *_, **__):
+                self.step_started = time.perf_counter()
+
+            def on_pre_optimizer_step(self, *_, **__):
+                self.optimizer_started = time.perf_counter()
+
+            def on_optimizer_step(self, *_, **__):
+                times["optimizer"].append(time.perf_counter() - self.optimizer_started)
+
+            def on_step_end(self, *_, **__):
+                times["step"].append(time.perf_counter() - self.step_started)
+
+        trainer.add_callback(Timer())
+        trainer.train()
+    step_s = times["step"][1:]
+    sample, optimizer = times["sample"][1:], times["optimizer"][1:]
+    forward_backward = [t - s - o for t, s, o in zip(step_s, sample, optimizer, strict=True)]
+    splits = {"sample": sample, "forward_backward": forward_backward, "optimizer": optimizer}
+    return summarise(step_s, splits, work)
+
+
+def run_ours_equal(work: dict, path: Path, steps: int) -> dict:
+    return run_ours(work, path, steps, ("compute_post_kl=false",))
+
+
+TRAINERS = {"ours": run_ours, "ours-equal": run_ours_equal, "trl": run_trl, "before": run_ours}
+
+
+def summarise(step_s: list[float], splits: dict[str, list[float]], work: dict) -> dict:
+    median = statistics.median(step_s)
+    return {
+        "median_step_s": round(median, 4),
+        "rollouts_per_s": round(work["prompts"] * work["group"] / median, 1),
+        **{f"median_{k}_s": round(statistics.median(v), 4) for k, v in splits.items()},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "steps_timed": len(step_s),
+    }
+
+
+def one_run(trainer: str, path: Path, args: argparse.Namespace, steps: int) -> dict:
+    """A run in a fresh process, so its peak memory and thread pool are its own; every run
+    gets the same model directory."""
+    command = [sys.executable, __file__, "--workload", args.workload, "--steps", str(steps)]
+    command += ["--threads", str(args.threads), "--only", trainer, "--model", str(path)]
+    before = args.before
+    env = dict(os.environ)
+    if trainer == "before":  # an older checkout's trainer package, first on the path
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{trainer} run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--steps", type=int, default=None, help="per run (default by workload)")
+    parser.add_argument("--repeats", type=int, default=3, help="A B pairs")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--trainers",
+        nargs="+",
+        default=["ours", "ours-equal", "trl"],
+        choices=sorted(TRAINERS),
+        help="ours: the defaults; ours-equal: without the post-update KL, which TRL does not "
+        "compute; trl; before: ours from the checkout given by --before",
+    )
+    parser.add_argument("--before", help="an older checkout of this repo, for --trainers before")
+    parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: one run, JSON to stdout
+    parser.add_argument("--model", help=argparse.SUPPRESS)  # internal: the run's model
+    args = parser.parse_args()
+    work = WORKLOADS[args.workload]
+    steps = args.steps or (12 if args.workload == "large" else 30)
+    path = Path(args.model) if args.model else model_dir(work["model"])
+    if args.only:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        print(json.dumps(TRAINERS[args.only](work, path, steps)))
+        return
+
+    runs: dict[str, list[dict]] = {name: [] for name in args.trainers}
+    for repeat in range(args.repeats):
+        for name in args.trainers:
+            result = one_run(name, path, args, steps)
+            runs[name].append(result)
+            print(f"[{repeat + 1}/{args.repeats}] {name}: {json.dumps(result)}", flush=True)
+    report = {
+        "workload": {"name": args.workload, **work, "threads": args.threads, "steps": steps},
+        "machine": f"{os.cpu_count()} CPUs, torch {__import__('torch').__version__}",
+        "date": time.strftime("%Y-%m-%d"),
+        "runs": runs,
+        "median": {
+            name: {
+                key: statistics.median(r[key] for r in results)
+                for key in results[0]
+                if key != "steps_timed"
+            }
+            for name, results in runs.items()
+        },
+    }
+    if "trl" in runs:  # each pair of one round: ours / TRL
+        report["ratio_to_trl"] = {}
+        for name in set(runs) - {"trl"}:
+            ratios = [
+                a["rollouts_per_s"] / b["rollouts_per_s"]
+                for a, b in zip(runs[name], runs["trl"], strict=True)
+            ]
+            report["ratio_to_trl"][name] = {
+                "median": round(statistics.median(ratios), 2),
+                "min": round(min(ratios), 2),
+                "max": round(max(ratios), 2),
+            }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"vs_trl_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: report[k] for k in ("median", "ratio_to_trl") if k in report}))
+
+
+if __name__ == "__main__":
+    main()
