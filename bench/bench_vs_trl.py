@@ -8,8 +8,9 @@
 Both trainers load the same checkpoint directory and tokenizer, get the same prompts (the
 addition task's training problems, BOS added by the tokenizer in both), the same exact-match
 reward, temperature 1, LoRA on every linear layer, fp32, one AdamW step per batch, no KL
-penalty, torch on --threads threads. Each run is its own process (so peak RSS is its own), and
-runs alternate ours, TRL, ours, TRL, ... --repeats times. Per run: the median step time
+penalty, no gradient checkpointing (TRL's default turns it on: `trl-defaults` keeps it), torch
+on --threads threads. Each run is its own process (so peak RSS is its own), and runs alternate
+ours, TRL, ours, TRL, ... --repeats times. Per run: the median step time
 excluding the first step (and our last, which holds the final eval), rollouts/s, the split
 into sampling / forward+backward / optimizer, and peak RSS. Nothing here asserts a timing;
 results go to bench/results/vs_trl_<workload>.json and BENCHMARKS.md.
@@ -140,7 +141,9 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
     return summarise(step_s, {k: v[1:-1] for k, v in splits.items()}, work)
 
 
-def run_trl(work: dict, path: Path, steps: int) -> dict:
+def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> dict:
+    """TRL's GRPOTrainer on our work. TRL turns gradient checkpointing on by default (one more
+    forward a step, for less memory); equal work means off, `trl-defaults` keeps it on."""
     import random
 
     import torch
@@ -187,6 +190,7 @@ def run_trl(work: dict, path: Path, steps: int) -> dict:
             disable_tqdm=True,
             seed=0,
             shuffle_dataset=False,
+            gradient_checkpointing=checkpointing,
         )
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         lora = LoraConfig(
@@ -236,7 +240,17 @@ def run_ours_equal(work: dict, path: Path, steps: int) -> dict:
     return run_ours(work, path, steps, ("compute_post_kl=false",))
 
 
-TRAINERS = {"ours": run_ours, "ours-equal": run_ours_equal, "trl": run_trl, "before": run_ours}
+def run_trl_defaults(work: dict, path: Path, steps: int) -> dict:
+    return run_trl(work, path, steps, checkpointing=True)
+
+
+TRAINERS = {
+    "ours": run_ours,
+    "ours-equal": run_ours_equal,
+    "trl": run_trl,
+    "trl-defaults": run_trl_defaults,
+    "before": run_ours,
+}
 
 
 def summarise(step_s: list[float], splits: dict[str, list[float]], work: dict) -> dict:
@@ -274,10 +288,11 @@ def main() -> None:
     parser.add_argument(
         "--trainers",
         nargs="+",
-        default=["ours", "ours-equal", "trl"],
+        default=["ours", "ours-equal", "trl", "trl-defaults"],
         choices=sorted(TRAINERS),
         help="ours: the defaults; ours-equal: without the post-update KL, which TRL does not "
-        "compute; trl; before: ours from the checkout given by --before",
+        "compute; trl: TRL without gradient checkpointing (equal work); trl-defaults: TRL as "
+        "configured by default (gradient checkpointing on); before: ours from --before",
     )
     parser.add_argument("--before", help="an older checkout of this repo, for --trainers before")
     parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: one run, JSON to stdout
@@ -313,21 +328,23 @@ def main() -> None:
             for name, results in runs.items()
         },
     }
-    if "trl" in runs:  # each pair of one round: ours / TRL
-        report["ratio_to_trl"] = {}
-        for name in set(runs) - {"trl"}:
+    for reference in ("trl", "trl-defaults"):  # each round's ratio: ours / TRL
+        if reference not in runs:
+            continue
+        report[f"ratio_to_{reference}"] = {}
+        for name in sorted(set(runs) - {"trl", "trl-defaults"}):
             ratios = [
                 a["rollouts_per_s"] / b["rollouts_per_s"]
-                for a, b in zip(runs[name], runs["trl"], strict=True)
+                for a, b in zip(runs[name], runs[reference], strict=True)
             ]
-            report["ratio_to_trl"][name] = {
+            report[f"ratio_to_{reference}"][name] = {
                 "median": round(statistics.median(ratios), 2),
                 "min": round(min(ratios), 2),
                 "max": round(max(ratios), 2),
             }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"vs_trl_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("median", "ratio_to_trl") if k in report}))
+    print(json.dumps({k: v for k, v in report.items() if k == "median" or k.startswith("ratio")}))
 
 
 if __name__ == "__main__":
