@@ -14,10 +14,7 @@ with `save_every` set, the point resumes from its last checkpoint.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import signal
 import sys
 import time
 from collections import deque
@@ -41,11 +38,12 @@ from sweeper.errors import SweepError
 from sweeper.preflight import check_points, compose, one_line
 from sweeper.records import Replicate, State, TrialAttr
 from sweeper.replicates import combine, seeds_of
-from sweeper.samplers import SamplerChoice, choose_sampler
+from sweeper.samplers import choose_sampler
 from sweeper.settings import SweepSettings, resolve_settings
-from sweeper.space import SearchSpace, format_value, parse_space, show
+from sweeper.space import format_value, parse_space, show
+from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, fail_stale_trials, open_storage
-from sweeper.study import StudySpec, open_study
+from sweeper.study import StudySpec, default_study_name, open_study
 from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.tracking import check_tracking_uri
@@ -54,15 +52,10 @@ from trainer.validation import ConfigError
 log = logging.getLogger(__name__)
 
 STALE_REASON = "interrupted: its sweeper stopped (killed or lost) while it ran; queued again"
-STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
 
 class FailureRateExceeded(SweepError):
     pass
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (preemption, a time limit, `docker stop`): handled like Ctrl-C."""
 
 
 @dataclass
@@ -144,17 +137,14 @@ class SweepRunner:
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
         seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
         say(f"[sweep {self.name}] {self.plan.name} over {swept}: {self.plan.planned} trials{seeds}")
-        previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
-        try:
-            self._loop(study)
-        except KeyboardInterrupt as e:
-            self._interrupted(study, e)
-        except FailureRateExceeded:
-            self._finish(study, "FAILED")
-            raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals_interrupt():
+            try:
+                self._loop(study)
+            except KeyboardInterrupt as e:
+                self._interrupted(study, e)
+            except FailureRateExceeded:
+                self._finish(study, "FAILED")
+                raise
         self._finish(study, "FINISHED")
         return []
 
@@ -343,7 +333,7 @@ class SweepRunner:
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
         what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
-        _stop_child_processes()
+        stop_child_processes()
         for flight in list(self.in_flight.values()):
             trial_id = oa.trial_id(flight.trial)
             if oa.fresh(study, trial_id).state != TrialState.RUNNING:
@@ -379,22 +369,6 @@ class SweepRunner:
         say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
 
 
-def _raise_stopped(signum: int, frame: Any) -> None:
-    raise Stopped(STOP_SIGNALS.get(signum, str(signum)))
-
-
-def _stop_child_processes(grace_s: float = 5.0) -> None:
-    """End local job processes (joblib's workers) so none trains on after the sweep stops."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for child in alive:
-        child.kill()
-
-
 def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
     """The record of a seed whose job ended without writing one."""
     return Replicate(
@@ -407,21 +381,6 @@ def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
         reason=reason,
         run_id=started.run_id if started else None,
     )
-
-
-def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings) -> str:
-    """Stable for the same command: a hash of the sorted overrides and search settings."""
-    swept = [f"{p.key}={p.spec}" for p in space.params.values()]
-    key: dict[str, Any] = {
-        "overrides": sorted([*space.fixed, *swept]),
-        "sampler": plan.name,
-        "objective": s.objective,
-        "direction": s.direction,
-    }
-    if s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
-        key["seeds"] = s.seeds
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    return f"grpo-{digest[:8]}"
 
 
 def _quote(value: Any) -> str:

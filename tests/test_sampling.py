@@ -99,7 +99,8 @@ def test_a_fused_optimizer_step_reaches_the_sampler(composed):
     cfg = composed()
     policy = load_policy(cfg)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.05, fused=True)
-    batch = collate(TorchSampler(policy).sample(PROMPTS * 4, SamplingSettings()), 0)
+    rollouts = TorchSampler(policy).sample(PROMPTS * 4, SamplingSettings())
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)
     with torch.no_grad(), policy.inference() as merged:
         before_NT, _ = token_logprobs(merged, batch, 1.0)
     learner_NT, _ = token_logprobs(policy.model, batch, 1.0)

@@ -19,7 +19,7 @@ from sweeper.samplers import choose_sampler
 from sweeper.settings import resolve_settings
 from sweeper.space import parse_space
 from sweeper.storage import open_storage, resolve_url
-from sweeper.sweep import default_study_name
+from sweeper.study import default_study_name
 
 
 def test_choices_ranges_and_intervals_become_distributions():

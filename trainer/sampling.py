@@ -94,27 +94,26 @@ class TorchSampler:
 
     @torch.no_grad()
     def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
-        tok = self.policy.tokenizer
         distinct = list(dict.fromkeys(prompts))  # a group's prompt is tokenized once
-        ids_of = dict(zip(distinct, tok(distinct).input_ids, strict=True))
-        longest = max(len(ids) for ids in ids_of.values())
-        rows = max(1, self.batch_tokens // (longest + settings.max_tokens))
+        ids_D = self.policy.tokenizer(distinct).input_ids
+        row_of = {prompt: d for d, prompt in enumerate(distinct)}
+        rows_N = [row_of[prompt] for prompt in prompts]
+        per_chunk = max(1, self.batch_tokens // (max(map(len, ids_D)) + settings.max_tokens))
         rollouts: list[Rollout] = []
-        for start in range(0, len(prompts), rows):
-            chunk = [ids_of[p] for p in prompts[start : start + rows]]
-            rollouts += self._sample_chunk(chunk, settings)
+        for start in range(0, len(prompts), per_chunk):
+            rollouts += self._sample_chunk(ids_D, rows_N[start : start + per_chunk], settings)
         return rollouts
 
     def _sample_chunk(
-        self, prompt_ids: list[list[int]], settings: SamplingSettings
+        self, ids_D: list[list[int]], rows_N: list[int], settings: SamplingSettings
     ) -> list[Rollout]:
+        """Rollouts for rows_N (indices into the distinct prompts ids_D), each distinct prompt
+        of the chunk prefilled once."""
         tok, device = self.policy.tokenizer, self.policy.device
-        distinct = list(dict.fromkeys(map(tuple, prompt_ids)))
-        row_of = {ids: i for i, ids in enumerate(distinct)}
-        prompt_rows_N = torch.tensor([row_of[tuple(ids)] for ids in prompt_ids], device=device)
-        input_ids_DP, attention_mask_DP = left_pad(
-            [list(ids) for ids in distinct], tok.pad_token_id
-        )
+        used = list(dict.fromkeys(rows_N))
+        local = {d: i for i, d in enumerate(used)}
+        prompt_rows_N = torch.tensor([local[d] for d in rows_N], device=device)
+        input_ids_DP, attention_mask_DP = left_pad([ids_D[d] for d in used], tok.pad_token_id)
         with self.policy.inference() as model:
             tokens_NT, logp_NT = decode(
                 model,
@@ -131,9 +130,9 @@ class TorchSampler:
         completions = [row[:n] for row, n in zip(tokens, lengths, strict=True)]
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         return [
-            Rollout(ids, completion, row[:n], eos in completion, text)
-            for ids, completion, row, n, text in zip(
-                prompt_ids, completions, logps, lengths, texts, strict=True
+            Rollout(ids_D[d], completion, row[:n], eos in completion, text)
+            for d, completion, row, n, text in zip(
+                rows_N, completions, logps, lengths, texts, strict=True
             )
         ]
 
