@@ -28,6 +28,7 @@ def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
 
 
 def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(composed):
+    torch.manual_seed(0)  # LoRA's initialisation draws from it too
     policy = load_policy(composed())
     base_before = {n: p.clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
     rollouts = TorchSampler(policy).sample(PROMPTS * 4, SamplingSettings())
@@ -40,7 +41,9 @@ def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(com
                 merged_NT, _ = token_logprobs(merged, batch, 1.0)
         assert merged is not policy.model
         mask = batch.mask_NT.bool()
-        assert (merged_NT - peft_NT)[mask].abs().max() < 1e-4  # float rounding of a sum
+        # float32 rounding of W + s * B @ A against the three matmuls' sum, grown through the
+        # layers by this strongly moved adapter: 1.0e-4 at seed 1, other inits up to 2.5e-4
+        assert (merged_NT - peft_NT)[mask].abs().max() < 5e-4
     # The merge is out of place: the base weights (the reference policy) are bit for bit intact.
     for name, param in policy.model.named_parameters():
         if not param.requires_grad:
@@ -97,6 +100,7 @@ def test_a_fused_optimizer_step_reaches_the_sampler(composed):
     # A fused AdamW writes the weights without bumping their version counters: the step itself
     # must tell the merged copy, or sampling would silently stay on the old policy.
     cfg = composed()
+    torch.manual_seed(0)  # LoRA's initialisation draws from it too
     policy = load_policy(cfg)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=0.05, fused=True)
     rollouts = TorchSampler(policy).sample(PROMPTS * 4, SamplingSettings())
@@ -113,4 +117,46 @@ def test_a_fused_optimizer_step_reaches_the_sampler(composed):
             after_NT, _ = token_logprobs(merged, batch, 1.0)
     mask = batch.mask_NT.bool()
     assert (after_NT - before_NT)[mask].abs().max() > 1e-3  # the step moved the policy
-    assert (after_NT - peft_NT)[mask].abs().max() < 1e-4  # and the sampler follows it
+    assert (after_NT - peft_NT)[mask].abs().max() < 5e-4  # and the sampler follows it
+
+
+def full_row_logprobs(model, rollouts) -> list[torch.Tensor]:
+    """The plain way: each rollout's prompt and completion in one forward of its own."""
+    out = []
+    for r in rollouts:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        logp_LV = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+        targets = ids[0, len(r.prompt_ids) :]
+        out.append(logp_LV[len(r.prompt_ids) - 1 :].gather(-1, targets[:, None])[:, 0])
+    return out
+
+
+def test_each_prompt_runs_once_with_the_same_log_probs_and_gradients(composed):
+    # The learner runs a group's prompt once and shares its keys and values with the group's
+    # rollouts. In float64 that must give full rows' log-probs and gradients, prompts of
+    # different lengths (left padding) and a minibatch of a subset of the groups included.
+    # transformers computes RMSNorm in float32 even in a float64 model, so the two agree to
+    # float32's rounding (seen: 6e-7 of the gradient's norm; 1e-12 with RMSNorm in float64).
+    torch.manual_seed(0)
+    policy = load_policy(composed())
+    moved_adapter(policy)
+    rollouts = TorchSampler(policy).sample(
+        [p for p in PROMPTS for _ in range(3)], SamplingSettings()
+    )
+    policy.model.double()
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)
+    assert batch.prompt_ids_DP.shape[0] == len(PROMPTS)
+    rows = torch.tensor([3, 4, 5, 9, 10, 11])  # the groups of PROMPTS[1] and PROMPTS[3]
+    minibatch = batch.select(rows)
+    assert minibatch.prompt_ids_DP.shape == (2, max(len(rollouts[i].prompt_ids) for i in rows))
+    shared_NT, _ = token_logprobs(policy.model, minibatch, 1.0)
+    shared_NT.mul(minibatch.mask_NT).sum().backward()
+    shared_grads = [p.grad.clone() for p in policy.trainable_parameters()]
+    policy.model.zero_grad()
+    full = full_row_logprobs(policy.model, [rollouts[i] for i in rows])
+    sum(f.sum() for f in full).backward()
+    for n, f in enumerate(full):
+        assert torch.allclose(shared_NT[n, : len(f)], f, rtol=1e-5, atol=1e-8)
+    for shared, p in zip(shared_grads, policy.trainable_parameters(), strict=True):
+        assert (shared - p.grad).norm() <= 1e-5 * p.grad.norm()
+    assert any(g.abs().sum() > 0 for g in shared_grads)

@@ -19,10 +19,15 @@ import torch
 from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    PreTrainedTokenizerBase,
+)
 
 from trainer.rl_math import token_entropy
-from trainer.sampling import Rollout
+from trainer.sampling import Rollout, left_pad
 from trainer.tiny_model import build_tiny_model
 
 # PEFT asks transformers a deprecated question on every wrap; nothing for a user to act on.
@@ -152,13 +157,17 @@ def load_policy(cfg: DictConfig) -> Policy:
 
 @dataclass(frozen=True)
 class TokenBatch:
-    """Rollouts as right-padded tensors; per-token tensors are aligned to predicted tokens.
+    """Rollouts as tensors, each distinct prompt once (a GRPO group shares its prompt).
 
-    Position t of a `_NT` tensor is the prediction of token t+1 of `input_ids_NL`.
+    Prompts are left-padded, a row per distinct prompt; completions are right-padded, a row per
+    rollout, and `prompt_of_N` names the prompt row each rollout continues. Per-token (`_NT`)
+    tensors are aligned to completion tokens: position t is completion token t.
     """
 
-    input_ids_NL: torch.Tensor  # right-padded
-    targets_NT: torch.Tensor
+    prompt_ids_DP: torch.Tensor  # left-padded
+    prompt_mask_DP: torch.Tensor  # 1 on real prompt tokens
+    prompt_of_N: torch.Tensor
+    completion_ids_NT: torch.Tensor  # right-padded
     mask_NT: torch.Tensor  # 1 on completion tokens
     sampler_logp_NT: torch.Tensor
     finished_N: torch.Tensor  # 1.0 where the completion ended with end-of-sequence
@@ -167,32 +176,89 @@ class TokenBatch:
         return TokenBatch(*(t.to(device) for t in self.__dict__.values()))
 
     def select(self, rows: torch.Tensor) -> TokenBatch:
-        return TokenBatch(*(t[rows] for t in self.__dict__.values()))
+        """The given rollouts, with only the prompts they continue."""
+        used_D, prompt_of_N = torch.unique(self.prompt_of_N[rows], return_inverse=True)
+        prompt_mask_DP = self.prompt_mask_DP[used_D]
+        width = int(prompt_mask_DP.sum(-1).max())  # drop the columns that are padding only
+        return TokenBatch(
+            self.prompt_ids_DP[used_D, -width:],
+            prompt_mask_DP[:, -width:],
+            prompt_of_N,
+            self.completion_ids_NT[rows],
+            self.mask_NT[rows],
+            self.sampler_logp_NT[rows],
+            self.finished_N[rows],
+        )
 
 
 def collate(rollouts: list[Rollout], pad_id: int) -> TokenBatch:
-    length = max(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts)
-    n = len(rollouts)
+    prompt_row = {p: d for d, p in enumerate(dict.fromkeys(tuple(r.prompt_ids) for r in rollouts))}
+    prompt_ids_DP, prompt_mask_DP = left_pad([list(p) for p in prompt_row], pad_id)
+    prompt_of_N = torch.tensor([prompt_row[tuple(r.prompt_ids)] for r in rollouts])
+    n, length = len(rollouts), max(len(r.completion_ids) for r in rollouts)
     ids = torch.full((n, length), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, length - 1))
-    sampler_logp = torch.zeros((n, length - 1))
+    mask = torch.zeros((n, length))
+    sampler_logp = torch.zeros((n, length))
     for i, r in enumerate(rollouts):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[i, : p + c] = torch.tensor(r.prompt_ids + r.completion_ids)
-        mask[i, p - 1 : p - 1 + c] = 1  # position p-1 predicts the first completion token
-        sampler_logp[i, p - 1 : p - 1 + c] = torch.tensor(r.sampler_logps)
+        c = len(r.completion_ids)
+        ids[i, :c] = torch.tensor(r.completion_ids)
+        mask[i, :c] = 1
+        sampler_logp[i, :c] = torch.tensor(r.sampler_logps)
     finished = torch.tensor([float(r.finished) for r in rollouts])
-    return TokenBatch(ids, ids[:, 1:], mask, sampler_logp, finished)
+    return TokenBatch(prompt_ids_DP, prompt_mask_DP, prompt_of_N, ids, mask, sampler_logp, finished)
 
 
 def token_logprobs(
     model: torch.nn.Module, batch: TokenBatch, temperature: float, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of the batch's tokens under the model's tempered distribution (and entropy)."""
-    # No attention mask: rows are right-padded, so under the causal mask no real token sees a
-    # pad, and the fast causal path skips building a padded 4-D mask (~0.4 ms a call).
-    logits_NLV = model(input_ids=batch.input_ids_NL).logits
-    logits_NTV = logits_NLV[:, :-1].float() / temperature
-    logp_NT = torch.log_softmax(logits_NTV, dim=-1).gather(-1, batch.targets_NT[..., None])[..., 0]
+    """Log-probs of the completions' tokens under the model's tempered distribution (and
+    their entropy).
+
+    Each distinct prompt runs once and its cached keys and values serve all its rollouts, as in
+    the sampler: a group's prompt costs what one rollout's does, not G times that, and the
+    gradient reaches the prompt's positions through the cache as it would through G copies.
+    """
+    logits_NTV = completion_logits(model, batch)
+    # bfloat16 logits are scored in float32; float64 stays float64
+    logits_NTV = logits_NTV.to(torch.promote_types(logits_NTV.dtype, torch.float32)) / temperature
+    logp_NTV = torch.log_softmax(logits_NTV, dim=-1)
+    logp_NT = logp_NTV.gather(-1, batch.completion_ids_NT[..., None])[..., 0]
     entropy_NT = token_entropy(logits_NTV.detach()) if with_entropy else None
     return logp_NT, entropy_NT
+
+
+def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+    """The logits that predict each completion token: the prompt's last position predicts the
+    first, completion token t-1 predicts token t."""
+    # Only left padding needs a mask; without one the fast causal path skips building a 4-D
+    # mask. Right padding needs none: under the causal mask no real token sees a later pad.
+    padded = not bool(batch.prompt_mask_DP.all())
+    positions_DP = (batch.prompt_mask_DP.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    first_DV = model(
+        input_ids=batch.prompt_ids_DP,
+        attention_mask=batch.prompt_mask_DP if padded else None,
+        position_ids=positions_DP,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    first_N1V = first_DV[batch.prompt_of_N, None]
+    inputs_NT = batch.completion_ids_NT[:, :-1]  # the last token predicts nothing we score
+    if inputs_NT.shape[1] == 0:
+        return first_N1V
+    cache.batch_select_indices(batch.prompt_of_N)  # differentiable: an index, not a copy_
+    steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
+    attention_mask = None
+    if padded:
+        attention_mask = torch.cat(
+            [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
+        )
+    rest_NTV = model(
+        input_ids=inputs_NT,
+        attention_mask=attention_mask,
+        position_ids=positions_DP[batch.prompt_of_N, -1:] + steps_T,
+        past_key_values=cache,
+        use_cache=True,
+    ).logits
+    return torch.cat([first_N1V, rest_NTV], dim=1)

@@ -167,12 +167,14 @@ def decode(
     """
     warpers = logits_warpers(settings)
     positions_DP = (attention_mask_DP.cumsum(-1) - 1).clamp(min=0)
+    # Only left padding needs a mask: without one, transformers builds none (~0.2 ms a token).
+    padded = not bool(attention_mask_DP.all())
     # A growing cache: measured faster than transformers' preallocated StaticCache here, on
     # the tiny model and at 64 tokens on a 512-wide one (11.2 vs 12.5 ms, 0.99 vs 1.05 s).
     cache = DynamicCache(config=model.config)
     logits_DV = model(
         input_ids=input_ids_DP,
-        attention_mask=attention_mask_DP,
+        attention_mask=attention_mask_DP if padded else None,
         position_ids=positions_DP,
         past_key_values=cache,
         use_cache=True,
@@ -199,13 +201,14 @@ def decode(
         ended_N = ended_N | (token_N == eos_id)
         if t == settings.max_tokens - 1 or bool(ended_N.all()):
             break
-        mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)
+        if padded:
+            mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)
         position_N1 = position_N1 + 1
         if warpers:
             seen_NL = torch.cat([seen_NL, token_N[:, None]], dim=1)
         logits_NV = model(
             input_ids=token_N[:, None],
-            attention_mask=mask_NL,
+            attention_mask=mask_NL if padded else None,
             position_ids=position_N1,
             past_key_values=cache,
             use_cache=True,
