@@ -250,6 +250,7 @@ TRAINERS = {
     "trl": run_trl,
     "trl-defaults": run_trl_defaults,
     "before": run_ours,
+    "before-equal": run_ours_equal,
 }
 
 
@@ -271,12 +272,28 @@ def one_run(trainer: str, path: Path, args: argparse.Namespace, steps: int) -> d
     command += ["--threads", str(args.threads), "--only", trainer, "--model", str(path)]
     before = args.before
     env = dict(os.environ)
-    if trainer == "before":  # an older checkout's trainer package, first on the path
+    if trainer.startswith("before"):  # an older checkout's trainer package, first on the path
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{trainer} run failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+BEFORE_OF = {"ours": "before", "ours-equal": "before-equal"}
+
+
+def round_ratios(runs: list[dict], references: list[dict]) -> dict[str, float]:
+    """Each round's rollouts/s ratio (the runs alternate, so a round shares the machine's
+    state): the median and the spread."""
+    ratios = [
+        a["rollouts_per_s"] / b["rollouts_per_s"] for a, b in zip(runs, references, strict=True)
+    ]
+    return {
+        "median": round(statistics.median(ratios), 2),
+        "min": round(min(ratios), 2),
+        "max": round(max(ratios), 2),
+    }
 
 
 def main() -> None:
@@ -292,9 +309,13 @@ def main() -> None:
         choices=sorted(TRAINERS),
         help="ours: the defaults; ours-equal: without the post-update KL, which TRL does not "
         "compute; trl: TRL without gradient checkpointing (equal work); trl-defaults: TRL as "
-        "configured by default (gradient checkpointing on); before: ours from --before",
+        "configured by default (gradient checkpointing on); before, before-equal: ours and "
+        "ours-equal from the checkout at --before",
     )
-    parser.add_argument("--before", help="an older checkout of this repo, for --trainers before")
+    parser.add_argument(
+        "--before",
+        help="an older checkout of this repo, for --trainers before and before-equal",
+    )
     parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: one run, JSON to stdout
     parser.add_argument("--model", help=argparse.SUPPRESS)  # internal: the run's model
     args = parser.parse_args()
@@ -329,19 +350,17 @@ def main() -> None:
         },
     }
     for reference in ("trl", "trl-defaults"):  # each round's ratio: ours / TRL
-        if reference not in runs:
-            continue
-        report[f"ratio_to_{reference}"] = {}
-        for name in sorted(set(runs) - {"trl", "trl-defaults"}):
-            ratios = [
-                a["rollouts_per_s"] / b["rollouts_per_s"]
-                for a, b in zip(runs[name], runs[reference], strict=True)
-            ]
-            report[f"ratio_to_{reference}"][name] = {
-                "median": round(statistics.median(ratios), 2),
-                "min": round(min(ratios), 2),
-                "max": round(max(ratios), 2),
+        if reference in runs:
+            report[f"ratio_to_{reference}"] = {
+                name: round_ratios(runs[name], runs[reference])
+                for name in sorted(set(runs) - {"trl", "trl-defaults"})
             }
+    # What the change bought: each of ours against the same settings at --before.
+    changed = {new: old for new, old in BEFORE_OF.items() if new in runs and old in runs}
+    if changed:
+        report["ratio_to_before"] = {
+            new: round_ratios(runs[new], runs[old]) for new, old in changed.items()
+        }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"vs_trl_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k == "median" or k.startswith("ratio")}))
