@@ -19,15 +19,10 @@ import torch
 from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DynamicCache,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from trainer.rl_math import token_entropy
-from trainer.sampling import Rollout, left_pad
+from trainer.sampling import Rollout, left_pad, prefill_shared
 from trainer.tiny_model import build_tiny_model
 
 # PEFT asks transformers a deprecated question on every wrap; nothing for a user to act on.
@@ -230,35 +225,25 @@ def token_logprobs(
 def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     """The logits that predict each completion token: the prompt's last position predicts the
     first, completion token t-1 predicts token t."""
-    # Only left padding needs a mask; without one the fast causal path skips building a 4-D
-    # mask. Right padding needs none: under the causal mask no real token sees a later pad.
-    padded = not bool(batch.prompt_mask_DP.all())
-    positions_DP = (batch.prompt_mask_DP.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    first_DV = model(
-        input_ids=batch.prompt_ids_DP,
-        attention_mask=batch.prompt_mask_DP if padded else None,
-        position_ids=positions_DP,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1]
-    first_N1V = first_DV[batch.prompt_of_N, None]
+    first_NV, cache, last_N1, padded = prefill_shared(
+        model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+    )
     inputs_NT = batch.completion_ids_NT[:, :-1]  # the last token predicts nothing we score
     if inputs_NT.shape[1] == 0:
-        return first_N1V
-    cache.batch_select_indices(batch.prompt_of_N)  # differentiable: an index, not a copy_
-    steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
+        return first_NV[:, None]
+    # Right padding of the completions needs no mask: under the causal mask no real token
+    # sees a later pad. Only left-padded prompts need one.
     attention_mask = None
     if padded:
         attention_mask = torch.cat(
             [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
         )
+    steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
     rest_NTV = model(
         input_ids=inputs_NT,
         attention_mask=attention_mask,
-        position_ids=positions_DP[batch.prompt_of_N, -1:] + steps_T,
+        position_ids=last_N1 + steps_T,
         past_key_values=cache,
         use_cache=True,
     ).logits
-    return torch.cat([first_N1V, rest_NTV], dim=1)
+    return torch.cat([first_NV[:, None], rest_NTV], dim=1)
