@@ -78,8 +78,10 @@ def fill(study: optuna.Study, space: SearchSpace, plan: SamplerChoice) -> int:
 
 
 def _params(trial: FrozenTrial) -> dict:
-    """A trial's point; a queued one keeps it where enqueue_trial put it until taken."""
-    return trial.params or trial.system_attrs.get("fixed_params", {})
+    """A trial's point. A grid slot keeps it where enqueue_trial put it, for good: a slot
+    being taken gets its params one write at a time, and a worker joining at that moment
+    read the half-written point as a missing one and queued the point twice."""
+    return trial.system_attrs.get("fixed_params") or trial.params
 
 
 def grid_points(space: SearchSpace) -> list[dict]:

@@ -88,7 +88,9 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
     ]
     points = Counter((t.params["group_size"], t.params["lr"]) for t in complete)
     assert sorted(points) == [(g, lr) for g in (2, 4) for lr in (1e-3, 2e-3, 3e-3)]
-    assert set(points.values()) == {1}  # each combination exactly once
+    assert set(points.values()) == {1}, [  # each combination exactly once
+        (t.number, t.state.name, t.params, t.system_attrs, t.user_attrs) for t in study.trials
+    ]
 
     client = MlflowClient(mlflow_server)
     runs = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])

@@ -50,6 +50,19 @@ def test_workers_taking_at_once_cover_a_grid_exactly_once(url):
     assert len(_study(url, plan).trials) == 12
 
 
+def test_a_worker_joining_while_a_slot_is_half_taken_queues_nothing(url):
+    # Taking a slot writes its params one by one; a worker that joins in between (and
+    # fills the plan) must still see the whole point as present.
+    space = parse_space({}, ["group_size=2,4", "lr=1e-3,2e-3"])
+    plan = choose_sampler("auto", space, 100, None)
+    study = _study(url, plan)
+    assert slots.fill(study, space, plan) == 4
+    study.ask().suggest_categorical("group_size", [2, 4])  # the first of two params written
+    assert [t.params for t in study.trials if t.state == TrialState.RUNNING] == [{"group_size": 2}]
+    assert slots.fill(_study(url, plan), space, plan) == 0
+    assert len(study.trials) == 4
+
+
 def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
     plan = choose_sampler("auto", space, 3, seed=0)
