@@ -9,7 +9,8 @@ moving it WAITING -> RUNNING, which the storage grants to exactly one process.
 
 A grid slot carries its point as fixed params; a TPE (random, gp, cmaes) slot carries none
 and the sampler fills it in when taken. An interrupted trial gives its slot back: a new
-WAITING trial with the same params (`retry_of` names the original).
+WAITING trial with the same params (`retry_of` names the original). Whoever changes the plan
+(take, fill, fail-and-give-back) holds `storage.exclusive`, so no worker sees it half-changed.
 """
 
 from __future__ import annotations
@@ -64,16 +65,19 @@ class Counts:
         return self.done + self.running + self.waiting
 
 
-def fill(study: optuna.Study, space: SearchSpace, plan: SamplerChoice) -> int:
+def fill(study: optuna.Study, url: str, space: SearchSpace, plan: SamplerChoice) -> int:
     """Queue the slots the plan lacks; return how many. Run by the study's creator, and
-    by a worker that joins it (a resume with a larger n_trials adds the difference)."""
-    if plan.is_grid:
-        have = [_params(t) for t in study.get_trials(deepcopy=False) if not is_interrupted(t)]
-        missing = [p for p in grid_points(space) if p not in have]
-    else:
-        missing = [{}] * max(0, plan.planned - Counts.of(study).slots)
-    for params in missing:
-        study.enqueue_trial(params)
+    by a worker that joins it (a resume with a larger n_trials adds the difference, and a
+    point whose re-queue was lost with its worker is queued again)."""
+    with exclusive(url):
+        if plan.is_grid:
+            trials = study.get_trials(deepcopy=False)
+            have = [_params(t) for t in trials if not is_interrupted(t)]
+            missing = [p for p in grid_points(space) if p not in have]
+        else:
+            missing = [{}] * max(0, plan.planned - Counts.of(study).slots)
+        for params in missing:
+            study.enqueue_trial(params)
     return len(missing)
 
 

@@ -8,12 +8,16 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 
 import optuna
+import sqlalchemy
+import sqlalchemy.pool
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial
@@ -31,13 +35,17 @@ SCHEMA_RACE_RETRIES = 5
 
 def resolve_url(url: str) -> str:
     """An absolute URL, so jobs started in another directory reach the same file."""
-    scheme = url.split(":", 1)[0].split("+", 1)[0]
-    if "://" not in url or scheme not in RDB_SCHEMES:
+    if "://" not in url or _scheme(url) not in RDB_SCHEMES:
         raise SweepError(
             f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "
             "or postgresql://user@host/db"
         )
     return absolute_url(url)
+
+
+def _scheme(url: str) -> str:
+    """The database in a URL: postgresql for postgresql+psycopg2://..."""
+    return url.split(":", 1)[0].split("+", 1)[0]
 
 
 def open_storage(
@@ -80,18 +88,39 @@ def _creation_lock(path) -> contextlib.AbstractContextManager:
 
 @contextlib.contextmanager
 def exclusive(url: str) -> Iterator[None]:
-    """Hold off other processes while one takes a queued trial.
+    """Hold off other processes while this one changes the plan: takes a queued slot, queues
+    the missing ones, or fails an interrupted trial and queues its point again. Without it, a
+    worker joining between another's fail and re-queue sees the point missing and queues it
+    too, and the point runs twice.
 
-    PostgreSQL and MySQL lock the trial's row (SELECT ... FOR UPDATE) when Optuna moves it
-    WAITING -> RUNNING, so only one worker wins. SQLite ignores FOR UPDATE and two workers
-    can both win; for SQLite (one machine by nature) we flock the database file.
+    SQLite: an flock on the database file (SQLite ignores FOR UPDATE, and its own locks are
+    per write). PostgreSQL: a session advisory lock. Both are let go when the process dies
+    (the kernel closes the file, the server ends the session), so a kill -9 never leaves one
+    held. MySQL: no plan-wide lock; taking a slot is still exclusive through the row lock
+    Optuna takes (SELECT ... FOR UPDATE) when it moves the trial WAITING -> RUNNING.
     """
     path = sqlite_path(url)
-    if path is None:
+    if path is not None:
+        with flocked(path):
+            yield
+    elif _scheme(url) == "postgresql":
+        with _lock_engine(url).connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), PLAN_LOCK)
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), PLAN_LOCK)
+    else:
         yield
-        return
-    with flocked(path):
-        yield
+
+
+PLAN_LOCK = {"key": zlib.crc32(b"grpo-sweeper plan")}  # one advisory lock per database
+
+
+@functools.cache
+def _lock_engine(url: str) -> sqlalchemy.Engine:
+    # No pool: the lock lives exactly as long as the connection that holds it.
+    return sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
 
 
 def fail_stale_trials(study: optuna.Study, reason: str) -> list[FrozenTrial]:

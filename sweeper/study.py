@@ -61,7 +61,7 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
         parent = runs.start_parent_run(spec.experiment, spec.name, run_params(spec))
         study, created = _create_or_join(storage, spec)
         if created:
-            slots.fill(study, spec.space, spec.plan)
+            slots.fill(study, spec.settings.storage, spec.space, spec.plan)
             for key, value in study_attrs(spec, parent).items():
                 study.set_user_attr(key, value)  # the parent run id last
             return study, parent
@@ -71,7 +71,8 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
         raise SweepError(f"study {spec.name!r} has no MLflow parent run; use a new study_name")
     parent = study.user_attrs[parent_key]
     runs.reopen_run(parent)
-    slots.fill(study, spec.space, spec.plan)  # e.g. a resume with a larger n_trials
+    # e.g. a resume with a larger n_trials, or a point whose re-queue died with its worker
+    slots.fill(study, spec.settings.storage, spec.space, spec.plan)
     return study, parent
 
 

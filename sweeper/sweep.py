@@ -42,7 +42,7 @@ from sweeper.samplers import choose_sampler
 from sweeper.settings import SweepSettings, resolve_settings
 from sweeper.space import format_value, parse_space, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
-from sweeper.storage import Heartbeat, fail_stale_trials, open_storage
+from sweeper.storage import Heartbeat, exclusive, fail_stale_trials, open_storage
 from sweeper.study import StudySpec, default_study_name, open_study
 from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
@@ -202,7 +202,9 @@ class SweepRunner:
         return [oa.trial_id(f.trial) for f in list(self.in_flight.values())]
 
     def _recover_stale(self, study: optuna.Study) -> None:
-        if self.s.fail_stale_trials:
+        if not self.s.fail_stale_trials or not oa.stale_trial_ids(study):
+            return
+        with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
             for trial in fail_stale_trials(study, STALE_REASON):
                 self._give_back(study, trial)
 
@@ -334,16 +336,16 @@ class SweepRunner:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
         what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
         stop_child_processes()
-        for flight in list(self.in_flight.values()):
-            trial_id = oa.trial_id(flight.trial)
-            if oa.fresh(study, trial_id).state != TrialState.RUNNING:
-                continue
-            oa.set_attr(
-                study, trial_id, TrialAttr.FAIL_REASON, f"interrupted ({what}); queued again"
-            )
-            oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
-            oa.fail(study, trial_id)
-            self._give_back(study, oa.fresh(study, trial_id), killed=True)
+        with exclusive(self.s.storage):
+            for flight in list(self.in_flight.values()):
+                trial_id = oa.trial_id(flight.trial)
+                if oa.fresh(study, trial_id).state != TrialState.RUNNING:
+                    continue
+                reason = f"interrupted ({what}); queued again"
+                oa.set_attr(study, trial_id, TrialAttr.FAIL_REASON, reason)
+                oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
+                oa.fail(study, trial_id)
+                self._give_back(study, oa.fresh(study, trial_id), killed=True)
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from sweeper import slots
 from sweeper.samplers import choose_sampler
 from sweeper.space import parse_space
-from sweeper.storage import fail_stale_trials, open_storage
+from sweeper.storage import exclusive, fail_stale_trials, open_storage
 
 
 @pytest.fixture
@@ -30,8 +30,8 @@ def _study(url, plan, name="s"):
 def test_workers_taking_at_once_cover_a_grid_exactly_once(url):
     space = parse_space({}, ["group_size=2,4,8", "lr=1e-3,2e-3", "loss=ppo,dapo"])
     plan = choose_sampler("auto", space, 100, None)
-    assert slots.fill(_study(url, plan), space, plan) == 12
-    assert slots.fill(_study(url, plan), space, plan) == 0  # a resume queues nothing more
+    assert slots.fill(_study(url, plan), url, space, plan) == 12
+    assert slots.fill(_study(url, plan), url, space, plan) == 0  # a resume queues nothing more
     taken: list[dict] = []
 
     def worker() -> None:
@@ -56,10 +56,10 @@ def test_a_worker_joining_while_a_slot_is_half_taken_queues_nothing(url):
     space = parse_space({}, ["group_size=2,4", "lr=1e-3,2e-3"])
     plan = choose_sampler("auto", space, 100, None)
     study = _study(url, plan)
-    assert slots.fill(study, space, plan) == 4
+    assert slots.fill(study, url, space, plan) == 4
     study.ask().suggest_categorical("group_size", [2, 4])  # the first of two params written
     assert [t.params for t in study.trials if t.state == TrialState.RUNNING] == [{"group_size": 2}]
-    assert slots.fill(_study(url, plan), space, plan) == 0
+    assert slots.fill(_study(url, plan), url, space, plan) == 0
     assert len(study.trials) == 4
 
 
@@ -67,24 +67,30 @@ def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
     plan = choose_sampler("auto", space, 3, seed=0)
     study = _study(url, plan)
-    assert slots.fill(study, space, plan) == 3
+    assert slots.fill(study, url, space, plan) == 3
     while (trial := slots.take(study, url, space.distributions)) is not None:
         assert 1e-4 <= trial.params["lr"] <= 1e-2
         study.tell(trial, trial.params["lr"])
     assert slots.Counts.of(study).complete == 3
     more = choose_sampler("auto", space, 5, seed=0)
-    assert slots.fill(study, space, more) == 2
+    assert slots.fill(study, url, space, more) == 2
 
 
-def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
+def _study_with_a_stale_trial(url):
+    """A two-point grid whose first taken trial's sweeper died (its heartbeat is stale)."""
     space = parse_space({}, ["group_size=2,4"])
     plan = choose_sampler("auto", space, 10, None)
     storage = open_storage(url, heartbeat_interval=1, grace_period=1)
     study = optuna.create_study(storage=storage, study_name="s", sampler=plan.sampler)
-    slots.fill(study, space, plan)
+    slots.fill(study, url, space, plan)
     trial = slots.take(study, url, space.distributions)
     storage.record_heartbeat(trial._trial_id)  # ...then its sweeper dies
     time.sleep(2.5)
+    return study, space, plan
+
+
+def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
+    study, space, _ = _study_with_a_stale_trial(url)
     (stale,) = fail_stale_trials(study, "interrupted: test")
     assert fail_stale_trials(study, "interrupted: test") == []  # only one worker wins it
     assert stale.state == TrialState.FAIL and stale.user_attrs["fail_reason"] == "interrupted: test"
@@ -96,3 +102,25 @@ def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     (retry,) = [t for t in rest if "retry_of" in t.user_attrs]
     assert retry.user_attrs["retry_of"] == stale.number and retry.params == stale.params
     assert retry.user_attrs["resume_dirs"] == {"0": {"output_dir": "/x/t0", "run_id": "r0"}}
+
+
+def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
+    # Between failing an interrupted trial and queuing its point again the point looks
+    # missing; a worker joining then (and filling the plan) would queue it a second time.
+    study, space, plan = _study_with_a_stale_trial(url)
+    failed, queued_by_joiner = threading.Event(), []
+
+    def joiner() -> None:
+        failed.wait()
+        queued_by_joiner.append(slots.fill(_study(url, plan), url, space, plan))
+
+    thread = threading.Thread(target=joiner)
+    thread.start()
+    with exclusive(url):  # as the sweep recovers a stale trial
+        (stale,) = fail_stale_trials(study, "interrupted: test")
+        failed.set()
+        time.sleep(0.5)  # the joiner is at the lock by now
+        slots.give_back(study, stale, {})
+    thread.join()
+    assert queued_by_joiner == [0]
+    assert slots.Counts.of(study).waiting == 2
