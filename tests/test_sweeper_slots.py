@@ -89,6 +89,28 @@ def _study_with_a_stale_trial(url):
     return study, space, plan
 
 
+def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(url):
+    space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
+    plan = choose_sampler("auto", space, 3, seed=0)
+    assert slots.fill(_study(url, plan), url, space, plan) == 3
+    more = choose_sampler("auto", space, 6, seed=0)
+    at_once = threading.Barrier(4)
+    added: list[int] = []
+
+    def joiner() -> None:
+        study = _study(url, more)
+        at_once.wait()
+        added.append(slots.fill(study, url, space, more))
+
+    threads = [threading.Thread(target=joiner) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(added) == [0, 0, 0, 3]
+    assert slots.Counts.of(_study(url, more)).waiting == 6
+
+
 def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     study, space, _ = _study_with_a_stale_trial(url)
     (stale,) = fail_stale_trials(study, "interrupted: test")
