@@ -31,6 +31,7 @@ from trainer.locks import flocked
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 SCHEMA_RACE_RETRIES = 5
+PLAN_LOCK = {"key": zlib.crc32(b"grpo-sweeper plan")}  # one advisory lock per database
 
 
 def resolve_url(url: str) -> str:
@@ -112,9 +113,6 @@ def exclusive(url: str) -> Iterator[None]:
                 connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), PLAN_LOCK)
     else:
         yield
-
-
-PLAN_LOCK = {"key": zlib.crc32(b"grpo-sweeper plan")}  # one advisory lock per database
 
 
 @functools.cache

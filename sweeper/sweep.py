@@ -336,12 +336,12 @@ class SweepRunner:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
         what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
         stop_child_processes()
-        with exclusive(self.s.storage):
+        reason = f"interrupted ({what}); queued again"
+        with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
             for flight in list(self.in_flight.values()):
                 trial_id = oa.trial_id(flight.trial)
                 if oa.fresh(study, trial_id).state != TrialState.RUNNING:
                     continue
-                reason = f"interrupted ({what}); queued again"
                 oa.set_attr(study, trial_id, TrialAttr.FAIL_REASON, reason)
                 oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
                 oa.fail(study, trial_id)
