@@ -6,7 +6,7 @@ import torch
 
 from trainer import metrics, rl_math
 from trainer.policy import collate, load_policy, token_logprobs
-from trainer.sampling import SamplingSettings, TorchSampler
+from trainer.sampling import Rollout, SamplingSettings, TorchSampler
 from trainer.step import optimizer_step
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
@@ -25,6 +25,24 @@ def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
     with torch.no_grad():
         learner_NT, _ = token_logprobs(policy.model, batch, temperature)
     return rl_math.kl_sample_train(batch.sampler_logp_NT, learner_NT, batch.mask_NT)[1]
+
+
+def test_collate_pads_prompts_left_and_completions_right_each_prompt_once():
+    rollouts = [
+        Rollout([1, 5], [7, 2], [-0.5, -0.25], True, ""),
+        Rollout([1, 6, 6], [8], [-1.0], False, ""),
+        Rollout([1, 5], [9, 9, 2], [-0.125, -2.0, -0.75], True, ""),
+    ]
+    batch = collate(rollouts, pad_id=0)
+    assert batch.prompt_ids_DP.tolist() == [[0, 1, 5], [1, 6, 6]]
+    assert batch.prompt_mask_DP.tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert batch.prompt_of_N.tolist() == [0, 1, 0]
+    assert batch.completion_ids_NT.tolist() == [[7, 2, 0], [8, 0, 0], [9, 9, 2]]
+    assert batch.mask_NT.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    assert batch.sampler_logp_NT.tolist() == [[-0.5, -0.25, 0], [-1, 0, 0], [-0.125, -2, -0.75]]
+    assert batch.finished_N.tolist() == [1, 0, 1]
+    assert batch.completion_ids_NT.dtype == batch.prompt_ids_DP.dtype == torch.long
+    assert batch.mask_NT.dtype == batch.sampler_logp_NT.dtype == torch.float32
 
 
 def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(composed):
