@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from trainer import metrics, rl_math
-from trainer.policy import collate, load_policy, token_logprobs
+from trainer.policy import MergedLoRA, collate, load_policy, token_logprobs
 from trainer.sampling import Rollout, SamplingSettings, TorchSampler
 from trainer.step import optimizer_step
 
@@ -66,6 +66,36 @@ def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(com
     for name, param in policy.model.named_parameters():
         if not param.requires_grad:
             assert torch.equal(param, base_before[name]), name
+
+
+def tiny_causal_lm(kind: str) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    if kind == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=19, n_embd=32, n_layer=1, n_head=2))
+    return LlamaForCausalLM(
+        LlamaConfig(vocab_size=19, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    )
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_merge_adds_peft_own_delta_to_linear_and_conv1d_weights(kind):
+    # GPT-2's Conv1D stores its weight as in x out, so PEFT transposes its delta there.
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", fan_in_fan_out=kind == "gpt2")
+    peft_model = get_peft_model(tiny_causal_lm(kind), lora)
+    with torch.no_grad():
+        for p in peft_model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    merged = MergedLoRA(peft_model)
+    assert merged.lora_layers
+    model = merged.current()
+    for name, layer in merged.lora_layers.items():
+        expected = layer.base_layer.weight + layer.get_delta_weight("default")
+        assert torch.allclose(model.get_submodule(name).weight, expected, atol=1e-6), name
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,11 @@ class MergedLoRA:
                 module_name, _, leaf = name.rpartition(".")
                 setattr(self.model.get_submodule(module_name), leaf, shared[name])
         self.adapter = [p for m in self.lora_layers.values() for p in m.parameters()]
+        adapter = peft_model.active_adapter  # load_policy's one plain LoRA adapter
+        self.merges = [  # (merged weight, base weight, left, right, scale) for out = W + s L R
+            (self.model.get_submodule(n).weight, m.base_layer.weight, *lora_factors(m, adapter))
+            for n, m in self.lora_layers.items()
+        ]
         self.adapter_versions: tuple[int, ...] | None = None
         self.stale = True  # set by Policy.weights_changed after every optimizer step
 
@@ -118,12 +123,20 @@ class MergedLoRA:
     def current(self) -> torch.nn.Module:
         versions = self._adapter_versions()
         if self.stale or versions != self.adapter_versions:
-            adapter = self.peft_model.active_adapter
-            for name, layer in self.lora_layers.items():
-                merged = self.model.get_submodule(name).weight
-                torch.add(layer.base_layer.weight, layer.get_delta_weight(adapter), out=merged)
+            # one kernel a layer (PEFT's get_delta_weight takes three and a temporary)
+            for merged, base, left, right, scale in self.merges:
+                torch.addmm(base, left, right, alpha=scale, out=merged)
             self.adapter_versions, self.stale = versions, False
         return self.model
+
+
+def lora_factors(layer: LoraLayer, adapter: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """L, R and s with the layer's weight update s * L @ R: PEFT's delta (B @ A) * s, transposed
+    for fan-in-fan-out layers (GPT-2's Conv1D stores W as in x out)."""
+    lora_A, lora_B = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+    if layer.fan_in_fan_out:
+        return lora_A.T, lora_B.T, layer.scaling[adapter]
+    return lora_B, lora_A, layer.scaling[adapter]
 
 
 def load_policy(cfg: DictConfig) -> Policy:
