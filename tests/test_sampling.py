@@ -4,7 +4,7 @@ the learner's on-policy (kl_sample_train ~ 0), whatever the speed-ups."""
 import pytest
 import torch
 
-from trainer import metrics, rl_math
+from trainer import metrics, packing, rl_math
 from trainer.policy import MergedLoRA, collate, load_policy, token_logprobs
 from trainer.sampling import Rollout, SamplingSettings, TorchSampler
 from trainer.step import optimizer_step
@@ -179,10 +179,13 @@ def full_row_logprobs(model, rollouts) -> list[torch.Tensor]:
     return out
 
 
-def test_each_prompt_runs_once_with_the_same_log_probs_and_gradients(composed):
-    # The learner runs a group's prompt once and shares its keys and values with the group's
-    # rollouts. In float64 that must give full rows' log-probs and gradients, prompts of
-    # different lengths (left padding) and a minibatch of a subset of the groups included.
+@pytest.mark.parametrize("path", ["packed", "shared-cache"])
+def test_each_prompt_runs_once_with_the_same_log_probs_and_gradients(composed, monkeypatch, path):
+    # The learner runs a group's prompt once: packed into one row with the group's rollouts,
+    # or with its keys and values shared with them. In float64 either must give full rows'
+    # log-probs and gradients, prompts of different lengths (left padding) and a minibatch of
+    # a subset of the groups included.
+    monkeypatch.setattr(packing, "MAX_ROW_TOKENS", 10_000 if path == "packed" else 0)
     # transformers computes RMSNorm in float32 even in a float64 model, so the two agree to
     # float32's rounding (seen: 6e-7 of the gradient's norm; 1e-12 with RMSNorm in float64).
     torch.manual_seed(0)

@@ -21,6 +21,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from trainer import packing
 from trainer.rl_math import token_entropy
 from trainer.sampling import Rollout, left_pad, prefill_shared
 from trainer.tiny_model import build_tiny_model
@@ -222,9 +223,10 @@ def token_logprobs(
     """Log-probs of the completions' tokens under the model's tempered distribution (and
     their entropy).
 
-    Each distinct prompt runs once and its cached keys and values serve all its rollouts, as in
-    the sampler: a group's prompt costs what one rollout's does, not G times that, and the
-    gradient reaches the prompt's positions through the cache as it would through G copies.
+    Each distinct prompt runs once and serves all its rollouts (packed into one row with them,
+    or through its cached keys and values, as in the sampler): a group's prompt costs what one
+    rollout's does, not G times that, and the gradient reaches the prompt's positions as it
+    would through G copies.
     """
     logits_NTV = completion_logits(model, batch)
     # bfloat16 logits are scored in float32; float64 stays float64
@@ -237,11 +239,26 @@ def token_logprobs(
 
 def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
     """The logits that predict each completion token: the prompt's last position predicts the
-    first, completion token t-1 predicts token t."""
+    first, completion token t-1 predicts token t. Short groups run packed, one row each;
+    longer ones run their prompts first and share the cache (the same attention either way)."""
+    inputs_NT = batch.completion_ids_NT[:, :-1]  # the last token predicts nothing we score
+    steps = inputs_NT.shape[1]
+    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DP, batch.prompt_of_N, steps)):
+        rows = packing.pack_groups(
+            batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
+        )
+        return packing.packed_logits(model, rows)
+    return shared_prefix_logits(model, batch, inputs_NT)
+
+
+def shared_prefix_logits(
+    model: torch.nn.Module, batch: TokenBatch, inputs_NT: torch.Tensor
+) -> torch.Tensor:
+    """completion_logits with each distinct prompt run first, its keys and values then indexed
+    out to its rollouts, whose completions run against them in a second call."""
     first_NV, cache, last_N1, padded = prefill_shared(
         model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
     )
-    inputs_NT = batch.completion_ids_NT[:, :-1]  # the last token predicts nothing we score
     if inputs_NT.shape[1] == 0:
         return first_NV[:, None]
     # Right padding of the completions needs no mask: under the causal mask no real token
