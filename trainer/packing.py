@@ -6,7 +6,7 @@ The learner's other way to run each prompt once is to run the prompts first and 
 cached keys and values (`sampling.prefill_shared`). Both compute the same attention, so the
 log-probs and gradients are the same. Packing does it in one forward call instead of two, with
 no cache to index through in the backward: on the tiny model the learner's forward and backward
-went from 22.8 to 16.2 ms (8 x 4). Its cost is attention over the whole row under a dense mask
+run ~1.5x faster (bench/BENCHMARKS.md). Its cost is attention over the whole row under a dense mask
 (row length squared per group), so it serves short rows only (`MAX_ROW_TOKENS`); long
 completions keep the shared cache.
 """
@@ -59,7 +59,7 @@ def pack_groups(
     device = inputs_NT.device
     length_D = prompt_mask_DP.sum(-1)
     rollouts_D = torch.bincount(prompt_of_N, minlength=num_prompts)
-    width = int((length_D + rollouts_D * steps).max())
+    width = row_length(prompt_mask_DP, prompt_of_N, steps)
     columns_L = torch.arange(width, device=device)
 
     # The prompt's real tokens first (its left padding dropped), then filler.

@@ -97,7 +97,6 @@ class MergedLoRA:
     """
 
     def __init__(self, peft_model: PeftModel) -> None:
-        self.peft_model = peft_model
         base = peft_model.get_base_model()
         self.lora_layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
         self.model = copy.deepcopy(peft_model).merge_and_unload().eval().requires_grad_(False)
