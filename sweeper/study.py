@@ -7,8 +7,6 @@ its plan and names the parent run last, and the others wait for that name before
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,21 +23,6 @@ from sweeper.space import SearchSpace
 from sweeper.storage import wait_for
 
 JOIN_TIMEOUT_S = 30  # how long a joining worker waits for the creator to finish setting up
-
-
-def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings) -> str:
-    """Stable for the same command: a hash of the sorted overrides and search settings."""
-    swept = [f"{p.key}={p.spec}" for p in space.params.values()]
-    key: dict[str, Any] = {
-        "overrides": sorted([*space.fixed, *swept]),
-        "sampler": plan.name,
-        "objective": s.objective,
-        "direction": s.direction,
-    }
-    if s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
-        key["seeds"] = s.seeds
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
-    return f"grpo-{digest[:8]}"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The sweep: check everything, open the study, then keep `n_jobs` training runs going.
+"""The sweep: open the study of a checked plan (sweeper/plan.py), then keep `n_jobs` runs going.
 
 Several sweeper processes may run the same command against one storage (a shared
 PostgreSQL, or one SQLite file on a machine); the study is the only shared state. Its plan
@@ -35,15 +35,14 @@ from sweeper import records, runs, slots
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
-from sweeper.preflight import check_points, compose, one_line
+from sweeper.plan import SweepPlan
+from sweeper.preflight import compose, one_line
 from sweeper.records import Replicate, State, TrialAttr
 from sweeper.replicates import combine, seeds_of
-from sweeper.samplers import choose_sampler
-from sweeper.settings import SweepSettings, resolve_settings
-from sweeper.space import format_value, parse_space, show
+from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, exclusive, fail_stale_trials, open_storage
-from sweeper.study import StudySpec, default_study_name, open_study
+from sweeper.study import StudySpec, open_study
 from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.tracking import check_tracking_uri
@@ -86,17 +85,24 @@ class InFlight:
 
 
 class SweepRunner:
-    """What GRPOSweeper.setup/sweep hand over to."""
+    """Runs a checked plan (sweeper/plan.py); GRPOSweeper.sweep hands over to it."""
 
     def __init__(
         self,
-        settings: GRPOSweeperConf,
+        plan: SweepPlan,
+        conf: GRPOSweeperConf,
         *,
         hydra_context: HydraContext,
         task_function: TaskFunction,
         config: DictConfig,
     ) -> None:
-        self.conf = settings
+        self.s, self.space, self.plan, self.name = (
+            plan.settings,
+            plan.space,
+            plan.sampler,
+            plan.name,
+        )
+        self.conf = conf
         self.config = config
         self.config_loader = hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -105,27 +111,7 @@ class SweepRunner:
         self.in_flight: dict[int, InFlight] = {}
         self.best_written: int | None = None
 
-    def sweep(self, arguments: list[str]) -> list[JobReturn]:
-        try:
-            return self._sweep(arguments)
-        except SweepError as e:
-            sys.exit(f"error: {e}")
-
-    def _sweep(self, arguments: list[str]) -> list[JobReturn]:
-        self.s: SweepSettings = resolve_settings(self.conf, self.config.kl_threshold)
-        self.space = parse_space(self.s.params, arguments)
-        if self.s.seeds > 1 and "seed" in self.space.params:
-            raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
-        self.plan = choose_sampler(self.s.sampler, self.space, self.s.n_trials, self.s.seed)
-        self.name = self.s.study_name or default_study_name(self.space, self.plan, self.s)
-        checked = check_points(self.config_loader, self.config, self.space)
-        log.info("Checked %d configurations of the search space", checked)
-        if self.plan.is_grid and self.plan.planned > self.s.max_grid_size:
-            raise SweepError(
-                f"hydra.sweeper.max_grid_size={self.s.max_grid_size}: the grid has "
-                f"{self.plan.planned} points; to run them all, confirm with "
-                f"hydra.sweeper.max_grid_size={self.plan.planned}"
-            )
+    def sweep(self) -> list[JobReturn]:
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
         try:
             check_tracking_uri()

@@ -12,8 +12,6 @@ import hydra
 from omegaconf import DictConfig
 
 from trainer.config import config_dir
-from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri
-from trainer.train import train
 from trainer.validation import ConfigError, validate
 
 log = logging.getLogger("trainer")
@@ -33,6 +31,13 @@ def train_and_log(cfg: DictConfig) -> float:
     """
     try:
         validate(cfg)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    # Loaded once the settings hold, so a bad one fails before seconds of imports.
+    from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri
+    from trainer.train import train
+
+    try:
         check_tracking_uri()
     except ConfigError as e:
         sys.exit(f"error: {e}")

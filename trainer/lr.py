@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
 from omegaconf import DictConfig
-from transformers import get_scheduler
+
+if TYPE_CHECKING:
+    import torch
 
 # Exponent p of the hidden-size scaling, per model family (calibrated for Llama and Qwen).
 LR_EXPONENTS = {"llama": 0.781, "qwen": 0.0775}
@@ -34,6 +36,10 @@ def resolve_lr(cfg: DictConfig, hidden_size: int) -> float:
 
 def make_scheduler(cfg: DictConfig, optimizer: torch.optim.Optimizer):
     """Linear warmup over warmup_steps, then constant, linear or cosine decay to max_steps."""
+    # Imported here: transformers.optimization pulls in transformers' Trainer utilities and
+    # PEFT (seconds), which the config checks that import this module never need.
+    from transformers import get_scheduler
+
     return get_scheduler(
         LR_SCHEDULES[cfg.lr_schedule],
         optimizer,

@@ -23,9 +23,9 @@ from collections import deque
 from typing import Protocol
 
 import torch
-from omegaconf import DictConfig
 
 from trainer import metrics as metrics_names
+from trainer.pipeline_settings import groups_per_batch
 from trainer.policy import Policy
 from trainer.rl_math import minibatch_rows
 from trainer.sampling import make_sampler
@@ -43,7 +43,6 @@ from trainer.step import (
 )
 from trainer.tasks import Problem
 
-PIPELINES = ("sync", "stream", "async")
 STALE_MEAN, STALE_MAX, DISCARDED = "async/stale_mean", "async/stale_max", "async/discarded"
 
 
@@ -53,10 +52,6 @@ class Pipeline(Protocol):
 
     def close(self) -> None:
         """Stop any background work."""
-
-
-def groups_per_batch(cfg: DictConfig) -> int:
-    return cfg.groups_per_batch or cfg.batch_size
 
 
 def chunks(items: list, parts: int) -> list[list]:
@@ -229,61 +224,3 @@ def _copy_trainable(source: torch.nn.Module, target: torch.nn.Module) -> None:
 def make_pipeline(cfg, policy, sampler, task, optimizer, rng, settings) -> Pipeline:
     kind = {"sync": SyncPipeline, "stream": StreamPipeline, "async": AsyncPipeline}[cfg.pipeline]
     return kind(cfg, policy, sampler, task, optimizer, rng, settings)
-
-
-def check(cfg: DictConfig) -> list[tuple[bool, str, object, str]]:
-    """The pipeline's rules as (ok, name, value, rule) for trainer/validation.py."""
-    n = groups_per_batch(cfg)
-    substeps = cfg.num_substeps
-    rules = [
-        (cfg.pipeline in PIPELINES, "pipeline", cfg.pipeline, f"must be one of {PIPELINES}"),
-        (
-            cfg.groups_per_batch >= 0,
-            "groups_per_batch",
-            cfg.groups_per_batch,
-            "must be >= 0; 0: batch_size",
-        ),
-        (cfg.num_minibatches >= 1, "num_minibatches", cfg.num_minibatches, "must be >= 1"),
-        (
-            cfg.max_steps_off_policy >= 0,
-            "max_steps_off_policy",
-            cfg.max_steps_off_policy,
-            "must be >= 0",
-        ),
-    ]
-    if cfg.pipeline == "stream":
-        per = substeps * cfg.num_minibatches
-        rules.append(
-            (
-                n % per == 0,
-                "num_minibatches",
-                cfg.num_minibatches,
-                f"groups_per_batch={n} must be divisible by num_substeps x num_minibatches = {per}",
-            )
-        )
-        rules.append(
-            (
-                cfg.scale_rewards != "batch",
-                "scale_rewards",
-                cfg.scale_rewards,
-                "batch needs the whole batch before training: use pipeline=sync or scale_rewards=group",
-            )
-        )
-    if cfg.pipeline == "async":
-        rules.append(
-            (
-                n % substeps == 0,
-                "num_substeps",
-                substeps,
-                f"groups_per_batch={n} must be divisible by num_substeps",
-            )
-        )
-        rules.append(
-            (
-                cfg.sampler.name == "torch",
-                "sampler.name",
-                cfg.sampler.name,
-                "pipeline=async samples on a copy of the policy in this process: use sampler=torch",
-            )
-        )
-    return rules

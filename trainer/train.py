@@ -100,10 +100,11 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
                 metrics.update(eval_metrics)
                 last_eval = eval_metrics[metrics_names.EVAL_REWARD]
             warn_on_kl(cfg, step, metrics)
-            bar.set_postfix(
+            bar.set_postfix(  # shown at the bar's next redraw: a log gets one every few seconds
                 reward=f"{metrics[metrics_names.REWARD]:.2f}",
                 eval="-" if last_eval is None else f"{last_eval:.2f}",
                 kl=f"{metrics.get(metrics_names.KL_PRE_POST_V2, math.nan):.1e}",
+                refresh=False,
             )
             _report(reporter, step, metrics)  # first, so a sweep sees the values and says why
             for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):

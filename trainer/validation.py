@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from trainer.losses import LOSSES
 from trainer.lr import LR_EXPONENTS, LR_SCHEDULES
+from trainer.pipeline_settings import check as pipeline_rules
 from trainer.rl_math import SCALE_REWARDS
 from trainer.sampling import SAMPLERS
 
@@ -98,9 +99,7 @@ def _check_batch(cfg: DictConfig) -> None:
 
 
 def _check_pipeline(cfg: DictConfig) -> None:
-    from trainer.pipelines import check
-
-    for ok, name, value, rule in check(cfg):
+    for ok, name, value, rule in pipeline_rules(cfg):
         _require(ok, name, value, rule)
 
 

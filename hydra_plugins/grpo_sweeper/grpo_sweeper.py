@@ -1,11 +1,14 @@
-"""The Sweeper class Hydra instantiates; the work is done by `sweeper.sweep.SweepRunner`.
+"""The Sweeper class Hydra instantiates; the work is done by the `sweeper` package.
 
-The import of the implementation (Optuna, MLflow) is deferred to `setup`, so scanning the
-plugins stays fast for every Hydra app in this environment.
+A sweep is planned and checked first (`sweeper.plan`: Hydra, Optuna and the config checks),
+then run (`sweeper.sweep.SweepRunner`, which loads MLflow and the trainer). A bad input thus
+fails before the heavy imports, and scanning the plugins stays fast for every Hydra app in
+this environment.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -18,19 +21,31 @@ from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 class GRPOSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
         self.settings = settings
-        self.runner: Any = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+        self.config: DictConfig | None = None
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        from sweeper.sweep import SweepRunner
-
-        self.runner = SweepRunner(
-            GRPOSweeperConf(**self.settings),
-            hydra_context=hydra_context,
-            task_function=task_function,
-            config=config,
-        )
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def sweep(self, arguments: list[str]) -> Any:
-        return self.runner.sweep(arguments)
+        from sweeper.errors import SweepError
+        from sweeper.plan import plan_sweep
+
+        conf = GRPOSweeperConf(**self.settings)
+        try:
+            plan = plan_sweep(conf, self.config, self.hydra_context.config_loader, arguments)
+            from sweeper.sweep import SweepRunner  # MLflow and the trainer, once the plan holds
+
+            runner = SweepRunner(
+                plan,
+                conf,
+                hydra_context=self.hydra_context,
+                task_function=self.task_function,
+                config=self.config,
+            )
+            return runner.sweep()
+        except SweepError as e:
+            sys.exit(f"error: {e}")

@@ -1,0 +1,70 @@
+"""What a sweep will run, decided and checked before anything heavy loads.
+
+The settings, the search space, the sampler, the study's name, and every configuration the
+space can reach composed and validated (sweeper/preflight.py). This module and what it
+imports stay free of MLflow, PEFT and the trainer, so a bad input fails within seconds of the
+command; sweeper/sweep.py, which runs the plan, loads them afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper.errors import SweepError
+from sweeper.preflight import check_points
+from sweeper.samplers import SamplerChoice, choose_sampler
+from sweeper.settings import SweepSettings, resolve_settings
+from sweeper.space import SearchSpace, parse_space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    settings: SweepSettings
+    space: SearchSpace
+    sampler: SamplerChoice
+    name: str  # the study's
+
+
+def plan_sweep(
+    conf: GRPOSweeperConf, master_config: DictConfig, config_loader, arguments: list[str]
+) -> SweepPlan:
+    """The sweep the command asks for; SweepError on the first thing that cannot work."""
+    s = resolve_settings(conf, master_config.kl_threshold)
+    space = parse_space(s.params, arguments)
+    if s.seeds > 1 and "seed" in space.params:
+        raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
+    sampler = choose_sampler(s.sampler, space, s.n_trials, s.seed)
+    name = s.study_name or default_study_name(space, sampler, s)
+    checked = check_points(config_loader, master_config, space)
+    log.info("Checked %d configurations of the search space", checked)
+    if sampler.is_grid and sampler.planned > s.max_grid_size:
+        raise SweepError(
+            f"hydra.sweeper.max_grid_size={s.max_grid_size}: the grid has "
+            f"{sampler.planned} points; to run them all, confirm with "
+            f"hydra.sweeper.max_grid_size={sampler.planned}"
+        )
+    return SweepPlan(s, space, sampler, name)
+
+
+def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings) -> str:
+    """Stable for the same command: a hash of the sorted overrides and search settings."""
+    swept = [f"{p.key}={p.spec}" for p in space.params.values()]
+    key: dict[str, Any] = {
+        "overrides": sorted([*space.fixed, *swept]),
+        "sampler": plan.name,
+        "objective": s.objective,
+        "direction": s.direction,
+    }
+    if s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
+        key["seeds"] = s.seeds
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return f"grpo-{digest[:8]}"
