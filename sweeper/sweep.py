@@ -96,12 +96,8 @@ class SweepRunner:
         task_function: TaskFunction,
         config: DictConfig,
     ) -> None:
-        self.s, self.space, self.plan, self.name = (
-            plan.settings,
-            plan.space,
-            plan.sampler,
-            plan.name,
-        )
+        self.s, self.space, self.name = plan.settings, plan.space, plan.name
+        self.sampler = plan.sampler
         self.conf = conf
         self.config = config
         self.config_loader = hydra_context.config_loader
@@ -118,11 +114,13 @@ class SweepRunner:
         except ConfigError as e:
             raise SweepError(str(e)) from None
         storage = open_storage(self.s.storage, self.s.heartbeat_interval, self.s.grace_period)
-        spec = StudySpec(self.name, self.space, self.plan, self.s, self.config.experiment)
+        spec = StudySpec(self.name, self.space, self.sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
         seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
-        say(f"[sweep {self.name}] {self.plan.name} over {swept}: {self.plan.planned} trials{seeds}")
+        say(
+            f"[sweep {self.name}] {self.sampler.name} over {swept}: {self.sampler.planned} trials{seeds}"
+        )
         with stop_signals_interrupt():
             try:
                 self._loop(study)
@@ -156,7 +154,7 @@ class SweepRunner:
         self.best_written = None  # the tuned file's notes carry the final verdict
         self._update_tuned(study)
         print(final_table(study, verdict), flush=True)
-        say(progress_line(study, self.plan.planned, self.s.maximize))
+        say(progress_line(study, self.sampler.planned, self.s.maximize))
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -199,16 +197,17 @@ class SweepRunner:
         if not slots.Counts.of(study).running:
             return False
         say(
-            progress_line(study, self.plan.planned, self.s.maximize) + "; waiting for other workers"
+            progress_line(study, self.sampler.planned, self.s.maximize)
+            + "; waiting for other workers"
         )
         time.sleep(self.s.heartbeat_interval)
         return True
 
     def _check_failures(self, study: optuna.Study) -> None:
         failed = slots.Counts.of(study).failed
-        if failed > self.s.max_failure_rate * self.plan.planned:
+        if failed > self.s.max_failure_rate * self.sampler.planned:
             raise FailureRateExceeded(
-                f"{failed} of {self.plan.planned} planned trials failed, more than "
+                f"{failed} of {self.sampler.planned} planned trials failed, more than "
                 f"max_failure_rate={self.s.max_failure_rate} allows; see the table above"
             )
 
@@ -274,7 +273,7 @@ class SweepRunner:
         if flight.done:
             del self.in_flight[job.trial.number]
             self._tell(study, flight)
-            say(progress_line(study, self.plan.planned, self.s.maximize))
+            say(progress_line(study, self.sampler.planned, self.s.maximize))
             self._update_tuned(study)
 
     def _tell(self, study: optuna.Study, flight: InFlight) -> None:
@@ -335,7 +334,7 @@ class SweepRunner:
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
-        say(progress_line(study, self.plan.planned, self.s.maximize))
+        say(progress_line(study, self.sampler.planned, self.s.maximize))
         sys.exit(
             f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
         )
