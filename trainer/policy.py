@@ -65,7 +65,10 @@ class Policy:
         merged (re-merged only when the adapter changed), else the model itself."""
         if self.uses_lora and self.merge_lora:
             if self._merged is None:
-                self._merged = MergedLoRA(self.model)
+                # Plain tensors even when first asked for under inference_mode (the sampler):
+                # the copy is re-merged in place under no_grad too, which inference tensors forbid.
+                with torch.inference_mode(False):
+                    self._merged = MergedLoRA(self.model)
             yield self._merged.current()
             return
         was_training = self.model.training

@@ -92,7 +92,7 @@ class TorchSampler:
     def sync_weights(self) -> None:
         """Nothing to do: the inference copy re-merges whenever the adapter changed."""
 
-    @torch.no_grad()
+    @torch.inference_mode()  # less per-op bookkeeping than no_grad; only lists leave it
     def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
         distinct = list(dict.fromkeys(prompts))  # a group's prompt is tokenized once
         ids_D = self.policy.tokenizer(distinct).input_ids

@@ -223,7 +223,7 @@ def optimizer_step(
     return grad_norm
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as the sampler runs; only two floats leave it
 def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dict[str, float]:
     """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
     with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
