@@ -6,8 +6,9 @@ import torch
 
 from trainer import metrics, packing, rl_math
 from trainer.policy import MergedLoRA, collate, load_policy, token_logprobs
-from trainer.sampling import Rollout, SamplingSettings, TorchSampler
+from trainer.sampling import Rollout, SamplingSettings
 from trainer.step import optimizer_step
+from trainer.torch_sampler import TorchSampler
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
 

@@ -19,7 +19,8 @@ def test_vllm_log_probs_match_the_learner_and_follow_the_adapter(composed):
     pytest.importorskip("vllm")
     from trainer import rl_math
     from trainer.policy import collate, load_policy, token_logprobs
-    from trainer.sampling import SamplingSettings, TorchSampler
+    from trainer.sampling import SamplingSettings
+    from trainer.torch_sampler import TorchSampler
     from trainer.vllm_sampler import VLLMSampler
 
     cfg = composed("sampler=vllm", "model.device=cuda")

@@ -23,8 +23,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from trainer import packing
 from trainer.rl_math import token_entropy
-from trainer.sampling import Rollout, left_pad, prefill_shared
+from trainer.sampling import Rollout
 from trainer.tiny_model import build_tiny_model
+from trainer.torch_sampler import left_pad, prefill_shared
 
 # PEFT asks transformers a deprecated question on every wrap; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

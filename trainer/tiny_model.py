@@ -102,7 +102,8 @@ def supervised_batch(problems, tokenizer) -> dict[str, torch.Tensor]:
 
 def sampled_accuracy(model, tokenizer, problems) -> float:
     from trainer.policy import Policy
-    from trainer.sampling import SamplingSettings, TorchSampler
+    from trainer.sampling import SamplingSettings
+    from trainer.torch_sampler import TorchSampler
 
     sampler = TorchSampler(Policy(model, tokenizer, torch.device("cpu")))
     with torch.random.fork_rng():  # probing never changes the training's random stream

@@ -1,0 +1,192 @@
+"""KV-cached decoding on the policy's inference copy (LoRA merged), in this process.
+
+`TorchSampler` stops at end-of-sequence, works on CPU and GPU, and records each token's
+log-prob under the tempered policy (trainer/sampling.py says which). `prefill_shared` runs each
+distinct prompt once and shares its keys and values with the rows that continue it; the
+learner uses it too (trainer/policy.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import DynamicCache
+from transformers.generation import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from trainer.sampling import Rollout, SamplingSettings
+
+if TYPE_CHECKING:
+    from trainer.policy import Policy
+
+
+def logits_warpers(s: SamplingSettings) -> LogitsProcessorList:
+    """transformers' own processors for the settings that shape which token is drawn."""
+    warpers = LogitsProcessorList()
+    if s.repetition_penalty != 1.0:
+        warpers.append(RepetitionPenaltyLogitsProcessor(s.repetition_penalty))
+    if s.top_k:
+        warpers.append(TopKLogitsWarper(s.top_k))
+    if s.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(s.top_p))
+    if s.min_p:
+        warpers.append(MinPLogitsWarper(s.min_p))
+    return warpers
+
+
+class TorchSampler:
+    """KV-cached decoding on `Policy.inference()` (LoRA merged), in this process.
+
+    A lean loop instead of `generate`: one forward a token, the last position's logits only,
+    stops once every row has ended, and no per-token Python work per row.
+    """
+
+    def __init__(self, policy: Policy, batch_tokens: int = 8192) -> None:
+        self.policy = policy
+        self.batch_tokens = batch_tokens  # prompt + completion tokens decoded at once (memory)
+
+    def sync_weights(self) -> None:
+        """Nothing to do: the inference copy re-merges whenever the adapter changed."""
+
+    @torch.inference_mode()  # less per-op bookkeeping than no_grad; only lists leave it
+    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
+        distinct = list(dict.fromkeys(prompts))  # a group's prompt is tokenized once
+        ids_D = self.policy.tokenizer(distinct).input_ids
+        row_of = {prompt: d for d, prompt in enumerate(distinct)}
+        rows_N = [row_of[prompt] for prompt in prompts]
+        per_chunk = max(1, self.batch_tokens // (max(map(len, ids_D)) + settings.max_tokens))
+        rollouts: list[Rollout] = []
+        for start in range(0, len(prompts), per_chunk):
+            rollouts += self._sample_chunk(ids_D, rows_N[start : start + per_chunk], settings)
+        return rollouts
+
+    def _sample_chunk(
+        self, ids_D: list[list[int]], rows_N: list[int], settings: SamplingSettings
+    ) -> list[Rollout]:
+        """Rollouts for rows_N (indices into the distinct prompts ids_D), each distinct prompt
+        of the chunk prefilled once."""
+        tok, device = self.policy.tokenizer, self.policy.device
+        used = list(dict.fromkeys(rows_N))
+        local = {d: i for i, d in enumerate(used)}
+        prompt_rows_N = torch.tensor([local[d] for d in rows_N], device=device)
+        input_ids_DP, attention_mask_DP = left_pad([ids_D[d] for d in used], tok.pad_token_id)
+        with self.policy.inference() as model:
+            tokens_NT, logp_NT = decode(
+                model,
+                input_ids_DP.to(device),
+                attention_mask_DP.to(device),
+                prompt_rows_N,
+                settings,
+                tok.eos_token_id,
+                tok.pad_token_id,
+            )
+        tokens, logps = tokens_NT.tolist(), logp_NT.tolist()
+        eos = tok.eos_token_id
+        lengths = [row.index(eos) + 1 if eos in row else len(row) for row in tokens]
+        completions = [row[:n] for row, n in zip(tokens, lengths, strict=True)]
+        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        return [
+            Rollout(ids_D[d], completion, row[:n], eos in completion, text)
+            for d, completion, row, n, text in zip(
+                rows_N, completions, logps, lengths, texts, strict=True
+            )
+        ]
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows as a left-padded tensor and its attention mask (generation appends right).
+    One tensor built from padded lists, not a copy per row."""
+    width = max(map(len, rows))
+    ids = [[pad_id] * (width - len(row)) + list(row) for row in rows]
+    mask = [[0] * (width - len(row)) + [1] * len(row) for row in rows]
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+
+
+def prefill_shared(
+    model: torch.nn.Module,
+    prompt_ids_DP: torch.Tensor,
+    prompt_mask_DP: torch.Tensor,
+    prompt_of_N: torch.Tensor,
+) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, bool]:
+    """Each distinct left-padded prompt run once, its keys and values then indexed out to the N
+    rows that continue it (an index, so gradients flow back through it in the learner).
+
+    Returns the logits that predict each row's first token, the expanded cache, each row's last
+    prompt position, and whether any prompt is padded: only then do the later calls need a mask
+    (without one, transformers builds none and takes its causal fast path).
+    """
+    padded = not bool(prompt_mask_DP.all())
+    positions_DP = (prompt_mask_DP.cumsum(-1) - 1).clamp(min=0)
+    # A growing cache: measured faster than transformers' preallocated StaticCache here, on
+    # the tiny model and at 64 tokens on a 512-wide one (11.2 vs 12.5 ms, 0.99 vs 1.05 s).
+    cache = DynamicCache(config=model.config)
+    logits_DV = model(
+        input_ids=prompt_ids_DP,
+        attention_mask=prompt_mask_DP if padded else None,
+        position_ids=positions_DP,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+    cache.batch_select_indices(prompt_of_N)
+    return logits_DV[prompt_of_N], cache, positions_DP[prompt_of_N, -1:], padded
+
+
+def decode(
+    model: torch.nn.Module,
+    input_ids_DP: torch.Tensor,
+    attention_mask_DP: torch.Tensor,
+    prompt_rows_N: torch.Tensor,
+    settings: SamplingSettings,
+    eos_id: int,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample up to max_tokens tokens after left-padded prompts, with a KV cache.
+
+    The D distinct prompts are run once; row n of the output continues prompt prompt_rows_N[n]
+    (a group's G rollouts share their prompt's cache instead of recomputing it G times).
+
+    Returns the tokens (pad after end-of-sequence) and each token's log-prob under the
+    tempered policy, log_softmax(logits / temperature), whatever top_p/top_k/min_p drew it.
+    """
+    warpers = logits_warpers(settings)
+    logits_NV, cache, position_N1, padded = prefill_shared(
+        model, input_ids_DP, attention_mask_DP, prompt_rows_N
+    )
+    mask_NL = attention_mask_DP[prompt_rows_N]
+    seen_NL = input_ids_DP[prompt_rows_N]  # what the repetition penalty looks at
+    ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DP.device)
+    tokens, logps = [], []
+    for t in range(settings.max_tokens):
+        scores_NV = logits_NV.float() / settings.temperature
+        logp_NV = torch.log_softmax(scores_NV, dim=-1)
+        if settings.greedy:
+            token_N = scores_NV.argmax(-1)
+        else:
+            drawn_NV = warpers(seen_NL, scores_NV) if warpers else scores_NV
+            token_N = torch.multinomial(torch.softmax(drawn_NV, dim=-1), 1)[:, 0]
+        token_N = token_N.masked_fill(ended_N, pad_id)
+        tokens.append(token_N)
+        logps.append(logp_NV.gather(-1, token_N[:, None])[:, 0])
+        ended_N = ended_N | (token_N == eos_id)
+        if t == settings.max_tokens - 1 or bool(ended_N.all()):
+            break
+        if padded:
+            mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)
+        position_N1 = position_N1 + 1
+        if warpers:
+            seen_NL = torch.cat([seen_NL, token_N[:, None]], dim=1)
+        logits_NV = model(
+            input_ids=token_N[:, None],
+            attention_mask=mask_NL if padded else None,
+            position_ids=position_N1,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
+    return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()
