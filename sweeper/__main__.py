@@ -16,7 +16,7 @@ from trainer.config import config_dir
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="sweep")
 def main(cfg: DictConfig) -> float:
     # Imported here, after Hydra composed the config and the sweeper checked every point of
-    # the search space: a bad input fails before the trainer's imports (torch, PEFT, MLflow).
+    # the search space: a bad input fails before the trainer's imports (PEFT, transformers, MLflow).
     from sweeper.job import run
 
     return run(cfg)

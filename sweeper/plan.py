@@ -2,8 +2,8 @@
 
 The settings, the search space, the sampler, the study's name, and every configuration the
 space can reach composed and validated (sweeper/preflight.py). This module and what it
-imports stay free of MLflow, PEFT and the trainer, so a bad input fails within seconds of the
-command; sweeper/sweep.py, which runs the plan, loads them afterwards.
+imports stay free of MLflow, PEFT, transformers and the trainer, so a bad input fails within
+seconds of the command; sweeper/sweep.py, which runs the plan, loads them afterwards.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Sweeper class Hydra instantiates; the work is done by the `sweeper` package.
 
 A sweep is planned and checked first (`sweeper.plan`: Hydra, Optuna and the config checks),
-then run (`sweeper.sweep.SweepRunner`, which loads MLflow and the trainer). A bad input thus
+then run (`sweeper.sweep.SweepRunner`, which loads MLflow, PEFT and the trainer). A bad input thus
 fails before the heavy imports, and scanning the plugins stays fast for every Hydra app in
 this environment.
 """
