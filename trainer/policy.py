@@ -2,9 +2,10 @@
 
 The same code serves the embedded tiny model and any model directory given by path. With
 LoRA the reference policy is the base model with the adapter switched off (no copy); a full
-fine-tune keeps a frozen copy, and only when the KL penalty needs it. What needs no gradient
-(sampling, the post-update KL) runs on `Policy.inference()`: with LoRA, a plain copy of the
-model with the adapter folded into its linear weights (one matmul a layer instead of three).
+fine-tune keeps a frozen copy, and only when the KL penalty needs it. With LoRA, sampling, the
+post-update KL and the learner's forward run on a copy of the model with the adapter folded into
+its linear weights (one matmul a layer instead of three; trainer/merged_lora.py):
+`Policy.inference()` for no-grad work, `Policy.learner()` for the gradient.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
-from peft.tuners.lora import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from trainer import packing
+from trainer.merged_lora import MergedLoRA
 from trainer.rl_math import token_entropy
 from trainer.sampling import Rollout
 from trainer.tiny_model import build_tiny_model
@@ -64,12 +65,7 @@ class Policy:
     def inference(self) -> Iterator[torch.nn.Module]:
         """The current policy in eval mode for no-grad work: the merged copy when LoRA is
         merged (re-merged only when the adapter changed), else the model itself."""
-        if self.uses_lora and self.merge_lora:
-            if self._merged is None:
-                # Plain tensors even when first asked for under inference_mode (the sampler):
-                # the copy is re-merged in place under no_grad too, which inference tensors forbid.
-                with torch.inference_mode(False):
-                    self._merged = MergedLoRA(self.model)
+        if self._merged_copy() is not None:
             yield self._merged.current()
             return
         was_training = self.model.training
@@ -78,6 +74,30 @@ class Policy:
             yield self.model
         finally:
             self.model.train(was_training)
+
+    @contextlib.contextmanager
+    def learner(self) -> Iterator[torch.nn.Module]:
+        """The module the learner differentiates, in the model's own train/eval mode: the
+        merged copy, whose layers pass the gradient on to the adapter (trainer/merged_lora.py),
+        when LoRA is merged and plain; else the model itself."""
+        merged = self._merged_copy()
+        if merged is None or not merged.trainable:
+            yield self.model
+            return
+        try:
+            yield merged.current(training=self.model.training)
+        finally:
+            merged.current(training=False)  # the sampler's mode: no dropout
+
+    def _merged_copy(self) -> MergedLoRA | None:
+        if not (self.uses_lora and self.merge_lora):
+            return None
+        if self._merged is None:
+            # Plain tensors even when first asked for under inference_mode (the sampler):
+            # the copy is re-merged in place under no_grad too, which inference tensors forbid.
+            with torch.inference_mode(False):
+                self._merged = MergedLoRA(self.model)
+        return self._merged
 
     def weights_changed(self) -> None:
         """Say the weights moved: a fused optimizer writes them without bumping the tensors'
@@ -89,58 +109,6 @@ class Policy:
         if self._trainable is None:  # walking the module tree costs ~1 ms: do it once
             self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         return self._trainable
-
-
-class MergedLoRA:
-    """A plain copy of a PEFT model with W + scale * B @ A in every LoRA layer.
-
-    Only the LoRA-wrapped weights are copied; embeddings, norms and untargeted layers are the
-    base model's own tensors. The merge is out of place, so the base weights never drift
-    (merging into them and unmerging again would not give them back bit for bit). The log-probs
-    equal the PEFT model's up to float rounding (tests/test_sampling.py).
-    """
-
-    def __init__(self, peft_model: PeftModel) -> None:
-        base = peft_model.get_base_model()
-        self.lora_layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
-        self.model = copy.deepcopy(peft_model).merge_and_unload().eval().requires_grad_(False)
-        shared = dict(base.named_parameters(remove_duplicate=False))
-        for name, _ in list(self.model.named_parameters(remove_duplicate=False)):
-            if name in shared:  # untouched by LoRA: share it, do not hold a second copy
-                module_name, _, leaf = name.rpartition(".")
-                setattr(self.model.get_submodule(module_name), leaf, shared[name])
-        self.adapter = [p for m in self.lora_layers.values() for p in m.parameters()]
-        adapter = peft_model.active_adapter  # load_policy's one plain LoRA adapter
-        self.merges = [  # (merged weight, base weight, left, right, scale) for out = W + s L R
-            (self.model.get_submodule(n).weight, m.base_layer.weight, *lora_factors(m, adapter))
-            for n, m in self.lora_layers.items()
-        ]
-        self.adapter_versions: tuple[int, ...] | None = None
-        self.stale = True  # set by Policy.weights_changed after every optimizer step
-
-    def _adapter_versions(self) -> tuple[int, ...]:
-        # A tensor's _version counts its in-place changes through autograd-visible ops
-        # (checkpoint loads, copies, a test's add_), which need no call to weights_changed.
-        return tuple(p._version for p in self.adapter)
-
-    @torch.no_grad()
-    def current(self) -> torch.nn.Module:
-        versions = self._adapter_versions()
-        if self.stale or versions != self.adapter_versions:
-            # one kernel a layer (PEFT's get_delta_weight takes three and a temporary)
-            for merged, base, left, right, scale in self.merges:
-                torch.addmm(base, left, right, alpha=scale, out=merged)
-            self.adapter_versions, self.stale = versions, False
-        return self.model
-
-
-def lora_factors(layer: LoraLayer, adapter: str) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """L, R and s with the layer's weight update s * L @ R: PEFT's delta (B @ A) * s, transposed
-    for fan-in-fan-out layers (GPT-2's Conv1D stores W as in x out)."""
-    lora_A, lora_B = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
-    if layer.fan_in_fan_out:
-        return lora_A.T, lora_B.T, layer.scaling[adapter]
-    return lora_B, lora_A, layer.scaling[adapter]
 
 
 def load_policy(cfg: DictConfig) -> Policy:

@@ -182,20 +182,19 @@ def backward(
     started = time.perf_counter()
     rows = rows.to(policy.device)
     minibatch = prepared.batch.select(rows)
-    logp_NT, entropy_NT = token_logprobs(
-        policy.model, minibatch, cfg.temperature, with_entropy=True
-    )
-    require_finite("learner logprob", logp_NT[minibatch.mask_NT.bool()])
-    inputs = LossInputs(
-        logp_NT,
-        minibatch.sampler_logp_NT,
-        prepared.advantages_NT[rows],
-        prepared.mask_NT[rows],
-        cfg.max_tokens,
-    )
-    loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
-    if torch.isfinite(loss):
-        (loss * scale).backward()
+    with policy.learner() as model:
+        logp_NT, entropy_NT = token_logprobs(model, minibatch, cfg.temperature, with_entropy=True)
+        require_finite("learner logprob", logp_NT[minibatch.mask_NT.bool()])
+        inputs = LossInputs(
+            logp_NT,
+            minibatch.sampler_logp_NT,
+            prepared.advantages_NT[rows],
+            prepared.mask_NT[rows],
+            cfg.max_tokens,
+        )
+        loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
+        if torch.isfinite(loss):
+            (loss * scale).backward()
     # Sampler-vs-learner KL on this minibatch, before its own update took effect.
     kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
     return {
