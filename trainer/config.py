@@ -56,8 +56,9 @@ class LossConfig:
 @dataclass
 class SamplerConfig:
     name: str = "torch"  # torch (KV-cached decoding in this process) or vllm (GPU, optional)
-    # torch only: sample from a copy with LoRA merged into the weights (faster; costs one
-    # copy of the LoRA-targeted weights). false samples through the PEFT model itself.
+    # Sample (torch) and run the learner's forward on a copy with LoRA merged into the
+    # weights (faster; costs one copy of the LoRA-targeted weights). false runs both through
+    # the PEFT model itself.
     merge_lora: bool = True
     # torch only: prompt + completion tokens decoded at once; bounds the KV cache's memory
     batch_tokens: int = 8192
