@@ -71,7 +71,7 @@ def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(com
             assert torch.equal(param, base_before[name]), name
 
 
-def tiny_causal_lm(kind: str, dropout: float = 0.1) -> torch.nn.Module:
+def tiny_causal_lm(kind: str, dropout: float) -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     if kind == "gpt2":
@@ -80,26 +80,6 @@ def tiny_causal_lm(kind: str, dropout: float = 0.1) -> torch.nn.Module:
     return LlamaForCausalLM(
         LlamaConfig(vocab_size=19, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
     )
-
-
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_merge_adds_peft_own_delta_to_linear_and_conv1d_weights(kind):
-    # GPT-2's Conv1D stores its weight as in x out, so PEFT transposes its delta there.
-    from peft import LoraConfig, get_peft_model
-
-    torch.manual_seed(0)
-    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", fan_in_fan_out=kind == "gpt2")
-    peft_model = get_peft_model(tiny_causal_lm(kind), lora)
-    with torch.no_grad():
-        for p in peft_model.parameters():
-            if p.requires_grad:
-                p.add_(0.05 * torch.randn_like(p))
-    merged = MergedLoRA(peft_model)
-    assert merged.lora_layers
-    model = merged.current()
-    for name, layer in merged.lora_layers.items():
-        expected = layer.base_layer.weight + layer.get_delta_weight("default")
-        assert torch.allclose(model.get_submodule(name).weight, expected, atol=1e-6), name
 
 
 def moved_peft_model(kind: str, dropout: float = 0.0, lora_dropout: float = 0.0):
@@ -114,11 +94,19 @@ def moved_peft_model(kind: str, dropout: float = 0.0, lora_dropout: float = 0.0)
         fan_in_fan_out=kind == "gpt2",
     )
     peft_model = get_peft_model(tiny_causal_lm(kind, dropout), lora)
-    with torch.no_grad():
-        for p in peft_model.parameters():
-            if p.requires_grad:
-                p.add_(0.05 * torch.randn_like(p))
+    moved_adapter(Policy(peft_model, None, torch.device("cpu")))
     return peft_model
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_merge_adds_peft_own_delta_to_linear_and_conv1d_weights(kind):
+    # GPT-2's Conv1D stores its weight as in x out, so PEFT transposes its delta there.
+    merged = MergedLoRA(moved_peft_model(kind))
+    assert merged.lora_layers
+    model = merged.current()
+    for name, layer in merged.lora_layers.items():
+        expected = layer.base_layer.weight + layer.get_delta_weight("default")
+        assert torch.allclose(model.get_submodule(name).weight, expected, atol=1e-6), name
 
 
 @pytest.mark.parametrize("path", ["packed", "shared-cache"])

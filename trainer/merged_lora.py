@@ -60,8 +60,8 @@ class MergedLoRA:
         return tuple(p._version for p in self.adapter)
 
     @torch.no_grad()
-    def current(self, training: bool = False) -> torch.nn.Module:
-        """The copy with the adapter's current values merged in, in train or eval mode."""
+    def current(self) -> torch.nn.Module:
+        """The copy with the adapter's current values merged in."""
         versions = self._adapter_versions()
         if self.stale or versions != self.adapter_versions:
             # one kernel a layer (PEFT's get_delta_weight takes three and a temporary)
@@ -71,10 +71,12 @@ class MergedLoRA:
                 else:  # PEFT keeps a bfloat16 model's adapter in float32: round once, at the end
                     merged.copy_(torch.addmm(base.to(left.dtype), left, right, alpha=scale))
             self.adapter_versions, self.stale = versions, False
-        if self.model.training != training:  # Module.train() costs ~0.1 ms on the tiny model
-            for module in self.modules:
-                module.training = training
         return self.model
+
+    def set_training(self, training: bool) -> None:
+        """Train or eval mode (dropout), by flag: Module.train() costs ~0.1 ms on the tiny model."""
+        for module in self.modules:
+            module.training = training
 
 
 def lora_factors(layer: LoraLayer, adapter: str) -> tuple[torch.Tensor, torch.Tensor, float]:

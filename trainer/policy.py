@@ -65,8 +65,9 @@ class Policy:
     def inference(self) -> Iterator[torch.nn.Module]:
         """The current policy in eval mode for no-grad work: the merged copy when LoRA is
         merged (re-merged only when the adapter changed), else the model itself."""
-        if self._merged_copy() is not None:
-            yield self._merged.current()
+        merged = self._merged_copy()
+        if merged is not None:
+            yield merged.current()
             return
         was_training = self.model.training
         self.model.eval()
@@ -84,10 +85,12 @@ class Policy:
         if merged is None or not merged.trainable:
             yield self.model
             return
+        model = merged.current()
+        merged.set_training(self.model.training)
         try:
-            yield merged.current(training=self.model.training)
+            yield model
         finally:
-            merged.current(training=False)  # the sampler's mode: no dropout
+            merged.set_training(False)  # the sampler's mode: no dropout
 
     def _merged_copy(self) -> MergedLoRA | None:
         if not (self.uses_lora and self.merge_lora):
