@@ -27,8 +27,9 @@ def test_output_and_gradients_on_hand_computed_numbers(fan_in_fan_out):
     assert lora_A.grad.tolist() == [[2.5, 5.0]]  # s (g B)^T x, g B = 1*2 + 3*1 = 5
 
 
+@pytest.mark.parametrize("strided_grad", [False, True], ids=["contiguous", "strided"])
 @pytest.mark.parametrize("fan_in_fan_out", [False, True], ids=["linear", "conv1d"])
-def test_gradients_equal_autograd_through_the_unmerged_layer(fan_in_fan_out):
+def test_gradients_equal_autograd_through_the_unmerged_layer(fan_in_fan_out, strided_grad):
     # The merged weight must be W + s B A for the closed form to hold: build it from the
     # factors; autograd through the unmerged definition, x A^T B^T, is the reference.
     generator = torch.Generator().manual_seed(0)
@@ -53,6 +54,8 @@ def test_gradients_equal_autograd_through_the_unmerged_layer(fan_in_fan_out):
     )
     assert torch.allclose(layer(*inputs), unmerged(*inputs))
     out_layer, out_unmerged = layer(*inputs), unmerged(*inputs)
+    if strided_grad:  # as attention's transposes hand it back: dL/dy arrives non-contiguous
+        out_layer, out_unmerged = out_layer.transpose(0, 1), out_unmerged.transpose(0, 1)
     probe = torch.randn(out_layer.shape, dtype=torch.float64, generator=generator)
     grads = torch.autograd.grad((out_layer * probe).sum(), inputs)
     expected = torch.autograd.grad((out_unmerged * probe).sum(), inputs)
