@@ -4,6 +4,8 @@
     python bench/bench_vs_trl.py --workload small       # 8 prompts x 4, 8 tokens, LoRA r8
     python bench/bench_vs_trl.py --workload medium      # 16 prompts x 8, 8 tokens, LoRA r16
     python bench/bench_vs_trl.py --workload large       # hidden 512, 4 layers, 64 tokens
+    python bench/bench_vs_trl.py --workload large --trainers ours-equal trl --matmul
+                                            # the time a step's matrix products take: its floor
 
 Both trainers load the same checkpoint directory and tokenizer, get the same prompts (the
 addition task's training problems, BOS added by the tokenizer in both), the same exact-match
@@ -47,6 +49,36 @@ SPLITS = {  # our step's time split: the metric that holds each part
 }
 # Not timed, so kept short in every run of ours: the baseline and final evals (TRL runs none).
 EVAL = ["task.eval_size=64", "eval_greedy=false"]
+# BLAS matrix products. Both trainers must compute ours (TRL's are a superset: each rollout
+# repeats its prompt, and PEFT adds three matmuls a layer), so their time bounds a step's.
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+
+
+class MatmulClock:
+    """With --matmul: the matrix products' own time (torch.profiler's self CPU time) over steps
+    first + 1 to first + count of a run. The profiler slows the run: its step times are not
+    comparable with an unprofiled run's."""
+
+    def __init__(self, first: int = 2, count: int = 3) -> None:
+        self.first, self.count, self.ended = first, count, 0
+        self.profiler = None
+        self.seconds_per_step = float("nan")
+
+    def step_ended(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.ended += 1
+        if self.ended == self.first:
+            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            self.profiler.start()
+        elif self.ended == self.first + self.count:
+            self.profiler.stop()
+            events = self.profiler.key_averages()
+            total_us = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
+            self.seconds_per_step = total_us / 1e6 / self.count
+
+
+CLOCK: MatmulClock | None = None  # set in a --matmul run
 
 
 def model_dir(kind: str) -> Path:
@@ -110,6 +142,8 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
     class Timer:
         def report(self, step: int, metrics: dict[str, float]) -> None:
             stamps.append(time.perf_counter())
+            if CLOCK and step > 0:
+                CLOCK.step_ended()
             if step > 0:  # an older trainer (--before) may lack the split: nan
                 for key, name in SPLITS.items():
                     splits[key].append(metrics.get(name, float("nan")))
@@ -226,6 +260,8 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
 
             def on_step_end(self, *_, **__):
                 times["step"].append(time.perf_counter() - self.step_started)
+                if CLOCK:
+                    CLOCK.step_ended()
 
         trainer.add_callback(Timer())
         trainer.train()
@@ -262,6 +298,7 @@ def summarise(step_s: list[float], splits: dict[str, list[float]], work: dict) -
         **{f"median_{k}_s": round(statistics.median(v), 4) for k, v in splits.items()},
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "steps_timed": len(step_s),
+        **({"matmul_s": round(CLOCK.seconds_per_step, 4)} if CLOCK else {}),
     }
 
 
@@ -270,6 +307,7 @@ def one_run(trainer: str, path: Path, args: argparse.Namespace, steps: int) -> d
     gets the same model directory."""
     command = [sys.executable, __file__, "--workload", args.workload, "--steps", str(steps)]
     command += ["--threads", str(args.threads), "--only", trainer, "--model", str(path)]
+    command += ["--matmul"] if args.matmul else []
     before = args.before
     env = dict(os.environ)
     if trainer.startswith("before"):  # an older checkout's trainer package, first on the path
@@ -316,6 +354,12 @@ def main() -> None:
         "--before",
         help="an older checkout of this repo, for --trainers before and before-equal",
     )
+    parser.add_argument(
+        "--matmul",
+        action="store_true",
+        help="one profiled run a trainer: the time its matrix products take a step, which "
+        "bounds the ratio any change can reach (bench/results/matmul_<workload>.json)",
+    )
     parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: one run, JSON to stdout
     parser.add_argument("--model", help=argparse.SUPPRESS)  # internal: the run's model
     args = parser.parse_args()
@@ -325,8 +369,22 @@ def main() -> None:
     if args.only:
         import torch
 
+        global CLOCK
+        CLOCK = MatmulClock() if args.matmul else None
         torch.set_num_threads(args.threads)
         print(json.dumps(TRAINERS[args.only](work, path, steps)))
+        return
+    if args.matmul:
+        # The profiler slows the rest of a run and swells its memory: keep the products only.
+        profiled = {name: one_run(name, path, args, steps) for name in args.trainers}
+        report = {
+            "workload": args.workload,
+            "date": time.strftime("%Y-%m-%d"),
+            "matmul_s_per_step": {name: run["matmul_s"] for name, run in profiled.items()},
+        }
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"matmul_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report))
         return
 
     runs: dict[str, list[dict]] = {name: [] for name in args.trainers}
