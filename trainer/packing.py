@@ -102,5 +102,6 @@ def packed_logits(model: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
         position_ids=rows.positions_DL,
         attention_mask=additive_DLL[:, None],
         logits_to_keep=rows.ids_DL.shape[1] - skipped,
+        use_cache=False,  # one call: a cache would only copy every layer's keys and values
     ).logits
     return logits_DKV[rows.row_N[:, None], rows.columns_NT - skipped]
