@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from matmul_clock import MatmulClock  # bench/ is on the path: this runs as a script
+
 RESULTS = Path(__file__).parent / "results"
 WORKLOADS = {
     "small": {"prompts": 8, "group": 4, "tokens": 8, "rank": 8, "model": "tiny"},
@@ -49,35 +51,6 @@ SPLITS = {  # our step's time split: the metric that holds each part
 }
 # Not timed, so kept short in every run of ours: the baseline and final evals (TRL runs none).
 EVAL = ["task.eval_size=64", "eval_greedy=false"]
-# BLAS matrix products. Both trainers must compute ours (TRL's are a superset: each rollout
-# repeats its prompt, and PEFT adds three matmuls a layer), so their time bounds a step's.
-MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
-
-
-class MatmulClock:
-    """With --matmul: the matrix products' own time (torch.profiler's self CPU time) over steps
-    first + 1 to first + count of a run. The profiler slows the run: its step times are not
-    comparable with an unprofiled run's."""
-
-    def __init__(self, first: int = 2, count: int = 3) -> None:
-        self.first, self.count, self.ended = first, count, 0
-        self.profiler = None
-        self.seconds_per_step = float("nan")
-
-    def step_ended(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
-        self.ended += 1
-        if self.ended == self.first:
-            self.profiler = profile(activities=[ProfilerActivity.CPU])
-            self.profiler.start()
-        elif self.ended == self.first + self.count:
-            self.profiler.stop()
-            events = self.profiler.key_averages()
-            total_us = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
-            self.seconds_per_step = total_us / 1e6 / self.count
-
-
 CLOCK: MatmulClock | None = None  # set in a --matmul run
 
 
@@ -142,11 +115,11 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
     class Timer:
         def report(self, step: int, metrics: dict[str, float]) -> None:
             stamps.append(time.perf_counter())
-            if CLOCK and step > 0:
-                CLOCK.step_ended()
             if step > 0:  # an older trainer (--before) may lack the split: nan
                 for key, name in SPLITS.items():
                     splits[key].append(metrics.get(name, float("nan")))
+                if CLOCK:
+                    CLOCK.step_ended()
 
     with (
         tempfile.TemporaryDirectory() as out,
