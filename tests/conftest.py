@@ -60,6 +60,15 @@ def new_recorder() -> Callable[[], Recorder]:
     return Recorder
 
 
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face directory (tests/real_model.py builds it once).
+    Tests that take it are marked `real_model`."""
+    from real_model import smollm2_dir
+
+    return smollm2_dir()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
