@@ -114,10 +114,13 @@ def test_stream_is_on_policy_and_async_logs_staleness(composed, new_recorder):
     assert max(stream.series("kl_sample_train_v2").values()) < 1e-6  # every substep on-policy
     off = new_recorder()
     train(composed(*small, "pipeline=async", "max_steps_off_policy=2"), off)
-    last = off.steps[4]
-    assert 0 <= last["async/stale_mean"] <= last["async/stale_max"] <= 2
-    assert last["async/discarded"] >= 0 and math.isfinite(last["kl_sample_train_v2"])
-    assert all("async/stale_max" in off.steps[s] for s in (1, 2, 3, 4))
+    steps = [off.steps[s] for s in (1, 2, 3, 4)]
+    assert all(0 <= m["async/stale_mean"] <= m["async/stale_max"] <= 2 for m in steps)
+    assert all(m["async/discarded"] >= 0 and math.isfinite(m["kl_sample_train_v2"]) for m in steps)
+    # The sampler thread keeps sampling with the old weights while step 1 trains, so a later
+    # step trains on groups an update old: a pipeline that waited for fresh groups (sync) fails.
+    assert steps[0]["async/stale_max"] == 0  # nothing older than the first policy exists
+    assert max(m["async/stale_max"] for m in steps[1:]) >= 1
 
 
 @pytest.mark.slow

@@ -173,9 +173,10 @@ def test_joblib_launcher_gives_the_same_result(grid_dir, tmp_path):
     values = {
         tuple(sorted(t.params.items())): t.value for t in basic.trials if t.state.name == "COMPLETE"
     }
+    # A trial's result depends on its seed and settings, not on the process that ran it.
     for t in joblib.trials:
         if t.state.name == "COMPLETE":
-            assert t.value == pytest.approx(values[tuple(sorted(t.params.items()))], abs=0.13)
+            assert t.value == values[tuple(sorted(t.params.items()))]
     assert len(mlflow_runs(tmp_path)) == 5
 
 

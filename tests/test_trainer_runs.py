@@ -107,11 +107,22 @@ def test_on_policy_kl_is_numerical_noise_and_substeps_raise_it(
 
 @pytest.mark.slow
 def test_constant_groups_are_dropped(tmp_path, composed, new_recorder):
-    recorder = new_recorder()
-    train(composed(*SMALL, "max_steps=2", "remove_constant_reward_groups=true"), recorder)
-    for metrics in (recorder.steps[1], recorder.steps[2]):
-        if metrics["groups/frac_mixed"] == 0:  # nothing left to learn from: no update
-            assert metrics["grad_norm"] == 0.0
+    # Both runs sample the same first batch (same seed, no update yet). A constant group has
+    # zero advantage, so it adds nothing to the loss's sum; dropping it takes it out of the
+    # mean over sequences instead, which scales the step-1 gradient by 1 / frac_mixed.
+    shape = ["batch_size=8", "group_size=4", "task.eval_size=16", "eval_every=0", "max_steps=1"]
+    kept, dropped = new_recorder(), new_recorder()
+    train(composed(*shape, root=tmp_path / "kept"), kept)
+    train(
+        composed(*shape, "remove_constant_reward_groups=true", root=tmp_path / "dropped"), dropped
+    )
+    first_kept, first_dropped = kept.steps[1], dropped.steps[1]
+    assert first_kept["reward/mean"] == first_dropped["reward/mean"]  # the same rollouts
+    frac_mixed = first_kept["groups/frac_mixed"]
+    assert 0 < frac_mixed < 1, "the first batch must hold mixed and constant groups"
+    assert first_dropped["grad_norm"] == pytest.approx(
+        first_kept["grad_norm"] / frac_mixed, rel=1e-4
+    )
 
 
 @pytest.mark.slow

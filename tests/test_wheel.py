@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -35,10 +36,18 @@ def installed(tmp_path_factory) -> Path:
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(root), "."]
     subprocess.run(build, cwd=ROOT, check=True, capture_output=True, timeout=600)
     (wheel,) = root.glob("grpo_sweeper-*.whl")
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(root / "venv")], check=True
-    )
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
     python = root / "venv" / "bin" / "python"
+    # The dependencies come from the environment running the tests, which may itself be a
+    # venv: `--system-site-packages` would expose the base interpreter's packages instead.
+    # A .pth file adds this environment's package folders after the new venv's own, and
+    # without processing their .pth files, so the checkout's editable install stays out.
+    probe = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    venv_packages = subprocess.run(
+        [str(python), "-c", probe], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    parent_packages = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    Path(venv_packages, "parent_environment.pth").write_text("\n".join(parent_packages) + "\n")
     # Outside the checkout and without PYTHONPATH: the build leaves grpo_sweeper.egg-info in
     # the checkout, and pip, seeing it on sys.path, would call the wheel already installed.
     done = run(python, root, "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel))
