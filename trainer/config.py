@@ -105,6 +105,17 @@ class TrainConfig:
     # no-grad forward over the step's own rollouts. Off saves that forward.
     compute_post_kl: bool = True
 
+    # --- learner memory (trainer/micro_batches.py, trainer/logprobs.py) ---
+    # The learner's forward/backward (and the reference and post-update KL forwards) run in
+    # micro-batches of at most this many tokens (each distinct prompt once, plus the completion
+    # width per rollout), gradients accumulated to exactly the whole minibatch's. Bounds the
+    # activations' memory; the tiny model's default batch fits one micro-batch.
+    learner_batch_tokens: int = 4096
+    # Recompute each decoder layer's activations in the backward instead of keeping them
+    # (torch.utils.checkpoint through transformers): less memory, one more forward of time.
+    # The same gradients.
+    gradient_checkpointing: bool = False
+
     # --- sampling ---
     temperature: float = 1.0  # sampling temperature, in (0, 10)
     top_p: float = 1.0  # nucleus sampling; 1.0 turns it off

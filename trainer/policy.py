@@ -21,9 +21,8 @@ from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from trainer import packing
+from trainer import logprobs, packing
 from trainer.merged_lora import MergedLoRA
-from trainer.rl_math import token_entropy
 from trainer.sampling import Rollout
 from trainer.tiny_model import build_tiny_model
 from trainer.torch_sampler import left_pad, prefill_shared
@@ -200,14 +199,30 @@ def token_logprobs(
     Each distinct prompt runs once and serves all its rollouts (packed into one row with them,
     or through its cached keys and values, as in the sampler): a group's prompt costs what one
     rollout's does, not G times that, and the gradient reaches the prompt's positions as it
-    would through G copies.
+    would through G copies. Past one chunk of logits, the output layer runs in chunks
+    (trainer/logprobs.py): memory does not grow with tokens x vocabulary.
     """
-    logits_NTV = completion_logits(model, batch)
-    # bfloat16 logits are scored in float32; float64 stays float64
-    logits_NTV = logits_NTV.to(torch.promote_types(logits_NTV.dtype, torch.float32)) / temperature
-    logp_NTV = torch.log_softmax(logits_NTV, dim=-1)
-    logp_NT = logp_NTV.gather(-1, batch.completion_ids_NT[..., None])[..., 0]
-    entropy_NT = token_entropy(logits_NTV.detach()) if with_entropy else None
+    ids_NT = batch.completion_ids_NT
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    if logprobs.fits_one_chunk(ids_NT.numel(), vocab_size):
+        logits_NTV = completion_logits(model, batch)
+        return logprobs.logprobs_from_logits(logits_NTV, ids_NT, temperature, with_entropy)
+    head = logprobs.plain_output_layer(model)
+    if head is None:  # the model's own logits, scored in chunks
+        logits_NTV = completion_logits(model, batch)
+        return logprobs.chunked_logprobs(logits_NTV, ids_NT, temperature, None, with_entropy)
+    first_NV, hidden_NTH = completion_hidden(model, batch)
+    scored_NT = ids_NT if first_NV is None else ids_NT[:, 1:]
+    parts = [
+        logprobs.chunked_logprobs(hidden_NTH, scored_NT, temperature, head.weight, with_entropy)
+    ]
+    if first_NV is not None:  # the prompt's last position, from the prefill's logits
+        first = logprobs.chunked_logprobs(
+            first_NV[:, None], ids_NT[:, :1], temperature, None, with_entropy
+        )
+        parts.insert(0, first)
+    logp_NT = torch.cat([p[0] for p in parts], dim=1)
+    entropy_NT = torch.cat([p[1] for p in parts], dim=1) if with_entropy else None
     return logp_NT, entropy_NT
 
 
@@ -225,6 +240,50 @@ def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor
     return shared_prefix_logits(model, batch, inputs_NT)
 
 
+def completion_hidden(
+    model: torch.nn.Module, batch: TokenBatch
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """completion_logits before the output layer: the final hidden states that predict each
+    completion token. Packed, all of them; through the shared cache, the prefill's logits for
+    the first token (one position a rollout) and the hidden states for the rest."""
+    inputs_NT = batch.completion_ids_NT[:, :-1]
+    steps = inputs_NT.shape[1]
+    decoder = model.get_decoder()
+    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DP, batch.prompt_of_N, steps)):
+        rows = packing.pack_groups(
+            batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
+        )
+        return None, packing.packed_hidden(decoder, rows)
+    first_NV, cache, last_N1, padded = prefill_shared(
+        model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+    )
+    if steps == 0:
+        return first_NV, first_NV.new_zeros(len(first_NV), 0, decoder.config.hidden_size)
+    rest = decoder(**completion_inputs(batch, inputs_NT, cache, last_N1, padded))
+    return first_NV, rest.last_hidden_state
+
+
+def completion_inputs(
+    batch: TokenBatch, inputs_NT: torch.Tensor, cache, last_N1: torch.Tensor, padded: bool
+) -> dict:
+    """The completions' forward after the shared prompts' prefill. Right padding of the
+    completions needs no mask: under the causal mask no real token sees a later pad. Only
+    left-padded prompts need one."""
+    attention_mask = None
+    if padded:
+        attention_mask = torch.cat(
+            [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
+        )
+    steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
+    return dict(
+        input_ids=inputs_NT,
+        attention_mask=attention_mask,
+        position_ids=last_N1 + steps_T,
+        past_key_values=cache,
+        use_cache=True,
+    )
+
+
 def shared_prefix_logits(
     model: torch.nn.Module, batch: TokenBatch, inputs_NT: torch.Tensor
 ) -> torch.Tensor:
@@ -235,19 +294,5 @@ def shared_prefix_logits(
     )
     if inputs_NT.shape[1] == 0:
         return first_NV[:, None]
-    # Right padding of the completions needs no mask: under the causal mask no real token
-    # sees a later pad. Only left-padded prompts need one.
-    attention_mask = None
-    if padded:
-        attention_mask = torch.cat(
-            [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
-        )
-    steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
-    rest_NTV = model(
-        input_ids=inputs_NT,
-        attention_mask=attention_mask,
-        position_ids=last_N1 + steps_T,
-        past_key_values=cache,
-        use_cache=True,
-    ).logits
+    rest_NTV = model(**completion_inputs(batch, inputs_NT, cache, last_N1, padded)).logits
     return torch.cat([first_NV[:, None], rest_NTV], dim=1)
