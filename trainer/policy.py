@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    PreTrainedTokenizerBase,
+)
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from trainer import logprobs, packing
 from trainer.merged_lora import MergedLoRA
@@ -121,6 +127,8 @@ def load_policy(cfg: DictConfig) -> Policy:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.model.dtype))
     model.to(device)
+    if cfg.gradient_checkpointing:
+        enable_checkpointing(model)
     frozen_reference = None
     if cfg.lora_rank > 0:
         targets = list(cfg.lora_target_modules)
@@ -135,6 +143,52 @@ def load_policy(cfg: DictConfig) -> Policy:
     elif cfg.kl_penalty_coef > 0:
         frozen_reference = copy.deepcopy(model).eval().requires_grad_(False)
     return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activation checkpointing through transformers: each decoder layer keeps only its input
+    for the backward and runs again there. Non-reentrant torch.utils.checkpoint, under which
+    the merged copy's custom backward works as it is. A checkpointed layer may keep the
+    learner's prompt cache (transformers drops any other), since a PromptCache is never
+    written: the layer run again reads the same keys and values."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer):
+            module._can_checkpoint_with_cache = True
+
+
+@contextlib.contextmanager
+def prefill_unchecked(model: torch.nn.Module) -> Iterator[None]:
+    """Checkpointing off for the shared prompts' prefill: it writes its cache, which a layer run
+    again in the backward would write twice. Its activations are the prompts', once each."""
+    layers = [
+        m
+        for m in model.modules()
+        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
+    ]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = True
+
+
+class PromptCache(DynamicCache):
+    """The shared prompts' keys and values, read and never extended: each layer attends over
+    them and the completions' own. A DynamicCache would append the completions' keys, twice
+    when a checkpointed layer runs again in the backward."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], -2), torch.cat([layer.values, value_states], -2)
+
+
+def prompt_cache(cache: DynamicCache) -> PromptCache:
+    read_only = PromptCache()
+    read_only.layers = cache.layers
+    return read_only
 
 
 @dataclass(frozen=True)
@@ -254,9 +308,10 @@ def completion_hidden(
             batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
         )
         return None, packing.packed_hidden(decoder, rows)
-    first_NV, cache, last_N1, padded = prefill_shared(
-        model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
-    )
+    with prefill_unchecked(model):
+        first_NV, cache, last_N1, padded = prefill_shared(
+            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+        )
     if steps == 0:
         return first_NV, first_NV.new_zeros(len(first_NV), 0, decoder.config.hidden_size)
     rest = decoder(**completion_inputs(batch, inputs_NT, cache, last_N1, padded))
@@ -279,7 +334,7 @@ def completion_inputs(
         input_ids=inputs_NT,
         attention_mask=attention_mask,
         position_ids=last_N1 + steps_T,
-        past_key_values=cache,
+        past_key_values=prompt_cache(cache),
         use_cache=True,
     )
 
@@ -289,9 +344,10 @@ def shared_prefix_logits(
 ) -> torch.Tensor:
     """completion_logits with each distinct prompt run first, its keys and values then indexed
     out to its rollouts, whose completions run against them in a second call."""
-    first_NV, cache, last_N1, padded = prefill_shared(
-        model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
-    )
+    with prefill_unchecked(model):
+        first_NV, cache, last_N1, padded = prefill_shared(
+            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+        )
     if inputs_NT.shape[1] == 0:
         return first_NV[:, None]
     rest_NTV = model(**completion_inputs(batch, inputs_NT, cache, last_N1, padded)).logits

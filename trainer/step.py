@@ -108,8 +108,10 @@ def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
     advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
     metrics: dict[str, float] = {}
     if cfg.kl_penalty_coef > 0:
+        started = time.perf_counter()
         with torch.no_grad(), policy.reference() as reference:
             ref_logp_NT = logprobs_in_pieces(reference, batch, cfg)
+        metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
         shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
             ref_logp_NT,
@@ -151,7 +153,9 @@ def train_on_groups(
     # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
     # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
     if cfg.compute_post_kl:
+        post_started = time.perf_counter()
         metrics.update(post_update_kl(policy, prepared.batch, cfg))
+        metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
     return {**metrics, **timing(groups, time.perf_counter() - started)}
 
 
