@@ -29,7 +29,9 @@ def float64_policy(checkpointing: bool):
 def test_checkpointing_gives_the_same_log_probs_and_gradients(monkeypatch, path):
     monkeypatch.setattr(packing, "MAX_ROW_TOKENS", 10_000 if path == "packed" else 0)
     plain, checkpointed = float64_policy(False), float64_policy(True)
-    rollouts = TorchSampler(plain).sample([p for p in PROMPTS for _ in range(3)], SamplingSettings())
+    rollouts = TorchSampler(plain).sample(
+        [p for p in PROMPTS for _ in range(3)], SamplingSettings()
+    )
     batch = collate(rollouts, plain.tokenizer.pad_token_id)
     results = []
     for policy in (plain, checkpointed):
