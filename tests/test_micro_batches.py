@@ -127,3 +127,10 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
     assert torch.allclose(chunked_NT[mask], whole_NT[mask], rtol=0, atol=1e-6)
     # (the plain path scores entropy in float32, rl_math.token_entropy)
     assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
+
+
+def test_a_micro_batch_of_no_tokens_is_refused_before_any_model_loads(composed):
+    from trainer.validation import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"^learner_batch_tokens=0: must be >= 1"):
+        validate(composed("learner_batch_tokens=0"))

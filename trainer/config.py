@@ -40,7 +40,10 @@ class TinyModelRecipe:
 class ModelConfig:
     path: str | None = None  # Hugging Face causal-LM directory; None uses the tiny model
     family: str = "llama"  # model family for lr=auto: llama or qwen
-    dtype: str = "float32"  # float32, bfloat16 or float16
+    # float32: weights and training in float32. bfloat16 / float16: the weights in half
+    # precision, the LoRA adapter (and its optimizer state) kept in float32 by PEFT, log-probs
+    # scored in float32 (README, "Memory on a real model").
+    dtype: str = "float32"
     device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
     tiny: TinyModelRecipe = field(default_factory=TinyModelRecipe)
 

@@ -105,7 +105,7 @@ def _check_learner_memory(cfg: DictConfig) -> None:
         tokens >= 1,
         "learner_batch_tokens",
         tokens,
-        "must be an integer >= 1 (tokens a learner micro-batch holds)",
+        "must be >= 1 (the most tokens a learner micro-batch holds)",
     )
 
 
