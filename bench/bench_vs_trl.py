@@ -6,6 +6,10 @@
     python bench/bench_vs_trl.py --workload large       # hidden 512, 4 layers, 64 tokens
     python bench/bench_vs_trl.py --workload large --trainers ours-equal trl --matmul
                                             # the time a step's matrix products take: its floor
+    python bench/bench_vs_trl.py --workload smollm2-32 --trainers ours trl --repeats 2
+    python bench/bench_vs_trl.py --workload smollm2-256 --trainers ours trl --repeats 1
+                                            # the real model (tests/real_model.py), 32 and 256
+                                            # tokens, on bench/arithmetic.jsonl (task=jsonl)
 
 Both trainers load the same checkpoint directory and tokenizer, get the same prompts (the
 addition task's training problems, BOS added by the tokenizer in both), the same exact-match
@@ -42,8 +46,14 @@ RESULTS = Path(__file__).parent / "results"
 WORKLOADS = {
     "small": {"prompts": 8, "group": 4, "tokens": 8, "rank": 8, "model": "tiny"},
     "medium": {"prompts": 16, "group": 8, "tokens": 8, "rank": 16, "model": "tiny"},
+    "default": {"prompts": 32, "group": 8, "tokens": 8, "rank": 8, "model": "tiny"},  # no flags
     "large": {"prompts": 8, "group": 4, "tokens": 64, "rank": 8, "model": "large"},
+    # SmolLM2-135M-Instruct (dequantized Q4_1), plain-text arithmetic questions (not
+    # chat-rendered): short and long completions.
+    "smollm2-32": {"prompts": 8, "group": 4, "tokens": 32, "rank": 8, "model": "smollm2"},
+    "smollm2-256": {"prompts": 8, "group": 4, "tokens": 256, "rank": 8, "model": "smollm2"},
 }
+QUESTIONS = Path(__file__).parent / "arithmetic.jsonl"  # the real model's task (both trainers)
 LR = 2e-3
 SPLITS = {  # our step's time split: the metric that holds each part
     "sample": "time/sample_s",
@@ -51,7 +61,7 @@ SPLITS = {  # our step's time split: the metric that holds each part
     "optimizer": "time/optimizer_s",
 }
 # Not timed, so kept short in every run of ours: the baseline and final evals (TRL runs none).
-EVAL = ["task.eval_size=64", "eval_greedy=false"]
+EVAL = ["eval_greedy=false"]
 CLOCK: MatmulClock | None = None  # set in a --matmul run
 
 
@@ -95,6 +105,7 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
                 "eval_every=0",
                 "save_every=0",
                 *EVAL,
+                *task_overrides(work),
                 *extra,
             ],
         )
@@ -114,9 +125,10 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.tasks import AdditionTask, exact_match_reward
+    from trainer.tasks import AdditionTask, JsonlTask, exact_match_reward
 
-    task = AdditionTask(num_digits=2, eval_size=400, seed=0)
+    real = work["model"] == "smollm2"
+    task = JsonlTask(str(QUESTIONS)) if real else AdditionTask(num_digits=2, eval_size=400, seed=0)
     problems = task.train_problems(work["prompts"] * (steps + 1), random.Random(0))
     dataset = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems])
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -198,6 +210,14 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
     forward_backward = [t - s - o for t, s, o in zip(step_s, sample, optimizer, strict=True)]
     splits = {"sample": sample, "forward_backward": forward_backward, "optimizer": optimizer}
     return summarise(step_s, splits, work)
+
+
+def task_overrides(work: dict) -> list[str]:
+    """The task: the real model's arithmetic questions from a file, else addition (its eval
+    short in both: it is not timed)."""
+    if work["model"] != "smollm2":
+        return ["task.eval_size=64"]
+    return ["task=jsonl", f"task.path={QUESTIONS}", "task.eval_fraction=0.004"]
 
 
 def run_ours_equal(work: dict, path: Path, steps: int) -> dict:
@@ -293,7 +313,17 @@ def main() -> None:
     args = parser.parse_args()
     work = WORKLOADS[args.workload]
     steps = args.steps or (12 if args.workload == "large" else 30)
-    path = Path(args.model) if args.model else model_dir(work["model"])
+    if work["model"] == "smollm2":
+        steps = args.steps or 4
+    if args.model:
+        path = Path(args.model)
+    elif work["model"] == "smollm2":
+        sys.path.insert(0, str(Path(__file__).parents[1]))
+        from tests.real_model import smollm2_dir
+
+        path = smollm2_dir()
+    else:
+        path = model_dir(work["model"])
     if args.only:
         import torch
 

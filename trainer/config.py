@@ -40,7 +40,10 @@ class TinyModelRecipe:
 class ModelConfig:
     path: str | None = None  # Hugging Face causal-LM directory; None uses the tiny model
     family: str = "llama"  # model family for lr=auto: llama or qwen
-    dtype: str = "float32"  # float32, bfloat16 or float16
+    # float32: weights and training in float32. bfloat16 / float16: the weights in half
+    # precision, the LoRA adapter (and its optimizer state) kept in float32 by PEFT, log-probs
+    # scored in float32 (README, "Memory on a real model").
+    dtype: str = "float32"
     device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
     tiny: TinyModelRecipe = field(default_factory=TinyModelRecipe)
 
@@ -104,6 +107,17 @@ class TrainConfig:
     # Log kl_pre_post_v1/v2 (sampler vs the learner after the step's updates) every step: one
     # no-grad forward over the step's own rollouts. Off saves that forward.
     compute_post_kl: bool = True
+
+    # --- learner memory (trainer/micro_batches.py, trainer/logprobs.py) ---
+    # The learner's forward/backward (and the reference and post-update KL forwards) run in
+    # micro-batches of at most this many tokens (each distinct prompt once, plus the completion
+    # width per rollout), gradients accumulated to exactly the whole minibatch's. Bounds the
+    # activations' memory; the tiny model's default batch fits one micro-batch.
+    learner_batch_tokens: int = 4096
+    # Recompute each decoder layer's activations in the backward instead of keeping them
+    # (torch.utils.checkpoint through transformers): less memory, one more forward of time.
+    # The same gradients.
+    gradient_checkpointing: bool = False
 
     # --- sampling ---
     temperature: float = 1.0  # sampling temperature, in (0, 10)

@@ -22,6 +22,22 @@ class LossInputs:
     advantages_NT: torch.Tensor  # per-token advantages (after any KL shaping)
     mask_NT: torch.Tensor  # 1 on action tokens that get gradient, else 0
     max_tokens: int  # completion length limit, for dr_grpo's constant normaliser
+    # The minibatch's sequences and action tokens, which normalise the aggregations. A learner
+    # micro-batch (a piece of the minibatch) passes the whole minibatch's, so that the pieces'
+    # losses and gradients sum to the minibatch's exactly; None: this input's own.
+    minibatch_sequences: int | None = None
+    minibatch_tokens: torch.Tensor | None = None
+
+    @property
+    def num_sequences(self) -> int:
+        return (
+            self.mask_NT.shape[0] if self.minibatch_sequences is None else self.minibatch_sequences
+        )
+
+    @property
+    def num_tokens(self) -> torch.Tensor:
+        tokens = self.mask_NT.sum() if self.minibatch_tokens is None else self.minibatch_tokens
+        return tokens.clamp(min=1)
 
 
 LossFn = Callable[[LossInputs, LossConfig], torch.Tensor]
@@ -59,20 +75,21 @@ def clipped(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
 # --- aggregations over tokens and sequences ---
 
 
-def sequence_sum_mean(obj_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
-    """Sum over each sequence's tokens, mean over sequences."""
-    return (obj_NT * mask_NT).sum(dim=1).mean()
+def sequence_sum_mean(obj_NT: torch.Tensor, x: LossInputs) -> torch.Tensor:
+    """Sum over each sequence's tokens, mean over the minibatch's sequences."""
+    return (obj_NT * x.mask_NT).sum(dim=1).sum() / x.num_sequences
 
 
-def sequence_mean_mean(obj_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
-    """Mean over each sequence's tokens, then mean over sequences (empty sequences count 0)."""
-    per_seq_N = (obj_NT * mask_NT).sum(dim=1) / mask_NT.sum(dim=1).clamp(min=1)
-    return per_seq_N.mean()
+def sequence_mean_mean(obj_NT: torch.Tensor, x: LossInputs) -> torch.Tensor:
+    """Mean over each sequence's tokens, then mean over the minibatch's sequences (empty
+    sequences count 0)."""
+    per_seq_N = (obj_NT * x.mask_NT).sum(dim=1) / x.mask_NT.sum(dim=1).clamp(min=1)
+    return per_seq_N.sum() / x.num_sequences
 
 
-def token_mean(obj_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
+def token_mean(obj_NT: torch.Tensor, x: LossInputs) -> torch.Tensor:
     """Mean over every action token in the minibatch."""
-    return (obj_NT * mask_NT).sum() / mask_NT.sum().clamp(min=1)
+    return (obj_NT * x.mask_NT).sum() / x.num_tokens
 
 
 # --- the registry ---
@@ -80,32 +97,31 @@ def token_mean(obj_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
 
 @register("importance_sampling")
 def importance_sampling_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    return -sequence_sum_mean(importance_weighted(x), x.mask_NT)
+    return -sequence_sum_mean(importance_weighted(x), x)
 
 
 @register("ppo")
 def ppo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    return -sequence_sum_mean(clipped(x, cfg), x.mask_NT)
+    return -sequence_sum_mean(clipped(x, cfg), x)
 
 
 @register("grpo")
 def grpo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    return -sequence_mean_mean(clipped(x, cfg), x.mask_NT)
+    return -sequence_mean_mean(clipped(x, cfg), x)
 
 
 @register("bnpo")
 def bnpo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    return -token_mean(clipped(x, cfg), x.mask_NT)
+    return -token_mean(clipped(x, cfg), x)
 
 
 @register("dr_grpo")
 def dr_grpo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    num_sequences = x.mask_NT.shape[0]
-    return -(clipped(x, cfg) * x.mask_NT).sum() / (num_sequences * x.max_tokens)
+    return -(clipped(x, cfg) * x.mask_NT).sum() / (x.num_sequences * x.max_tokens)
 
 
 @register("dapo")
 def dapo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
     # Truncated completions are masked by the caller (cfg.mask_truncated_completions),
     # so the same masking serves every loss that asks for it.
-    return -token_mean(clipped(x, cfg), x.mask_NT)
+    return -token_mean(clipped(x, cfg), x)

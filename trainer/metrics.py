@@ -21,6 +21,8 @@ TIME_SAMPLE = "time/sample_s"
 TIME_TRAIN = "time/train_s"
 TIME_FORWARD_BACKWARD = "time/forward_backward_s"  # of train: the learner's passes
 TIME_OPTIMIZER = "time/optimizer_s"  # of train: clipping and the optimizer's steps
+TIME_REFERENCE = "time/reference_s"  # of train: the reference's forward (KL penalty only)
+TIME_POST_KL = "time/post_kl_s"  # of train: the post-update KL's forward (compute_post_kl)
 ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 
 # Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's

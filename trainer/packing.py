@@ -93,9 +93,7 @@ def pack_groups(
 def packed_logits(model: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
     """The logits at rows.columns_NT, from one forward call over the packed rows. Only the
     columns from the first one read onward reach the output layer."""
-    dtype = model.get_input_embeddings().weight.dtype
-    additive_DLL = torch.zeros(rows.allowed_DLL.shape, dtype=dtype, device=rows.ids_DL.device)
-    additive_DLL.masked_fill_(~rows.allowed_DLL, torch.finfo(dtype).min)
+    additive_DLL = additive_mask(rows, model.get_input_embeddings().weight.dtype)
     skipped = int(rows.columns_NT.min())
     logits_DKV = model(
         input_ids=rows.ids_DL,
@@ -105,3 +103,21 @@ def packed_logits(model: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
         use_cache=False,  # one call: a cache would only copy every layer's keys and values
     ).logits
     return logits_DKV[rows.row_N[:, None], rows.columns_NT - skipped]
+
+
+def packed_hidden(decoder: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
+    """packed_logits before the output layer: the decoder's final hidden states at
+    rows.columns_NT (trainer/logprobs.py runs the output layer in chunks)."""
+    hidden_DLH = decoder(
+        input_ids=rows.ids_DL,
+        position_ids=rows.positions_DL,
+        attention_mask=additive_mask(rows, decoder.get_input_embeddings().weight.dtype)[:, None],
+        use_cache=False,
+    ).last_hidden_state
+    return hidden_DLH[rows.row_N[:, None], rows.columns_NT]
+
+
+def additive_mask(rows: PackedRows, dtype: torch.dtype) -> torch.Tensor:
+    """0 where a query column may attend to a key column, the dtype's lowest value elsewhere."""
+    additive_DLL = torch.zeros(rows.allowed_DLL.shape, dtype=dtype, device=rows.ids_DL.device)
+    return additive_DLL.masked_fill_(~rows.allowed_DLL, torch.finfo(dtype).min)

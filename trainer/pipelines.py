@@ -105,9 +105,7 @@ class StreamPipeline(SyncPipeline):
         metrics = {**group_metrics(batch), **average_updates(updates)}
         metrics[metrics_names.LR] = self.optimizer.param_groups[0]["lr"]
         if cfg.compute_post_kl:
-            metrics.update(
-                post_update_kl(self.policy, prepare(cfg, self.policy, batch).batch, cfg.temperature)
-            )
+            metrics.update(post_update_kl(self.policy, prepare(cfg, self.policy, batch).batch, cfg))
         return {**metrics, **timing(batch, time.perf_counter() - started - batch.sample_s)}
 
 

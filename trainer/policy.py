@@ -19,11 +19,16 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    PreTrainedTokenizerBase,
+)
+from transformers.modeling_layers import GradientCheckpointingLayer
 
-from trainer import packing
+from trainer import logprobs, packing
 from trainer.merged_lora import MergedLoRA
-from trainer.rl_math import token_entropy
 from trainer.sampling import Rollout
 from trainer.tiny_model import build_tiny_model
 from trainer.torch_sampler import left_pad, prefill_shared
@@ -122,6 +127,8 @@ def load_policy(cfg: DictConfig) -> Policy:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.model.dtype))
     model.to(device)
+    if cfg.gradient_checkpointing:
+        enable_checkpointing(model)
     frozen_reference = None
     if cfg.lora_rank > 0:
         targets = list(cfg.lora_target_modules)
@@ -136,6 +143,52 @@ def load_policy(cfg: DictConfig) -> Policy:
     elif cfg.kl_penalty_coef > 0:
         frozen_reference = copy.deepcopy(model).eval().requires_grad_(False)
     return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Activation checkpointing through transformers: each decoder layer keeps only its input
+    for the backward and runs again there. Non-reentrant torch.utils.checkpoint, under which
+    the merged copy's custom backward works as it is. A checkpointed layer may keep the
+    learner's prompt cache (transformers drops any other), since a PromptCache is never
+    written: the layer run again reads the same keys and values."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer):
+            module._can_checkpoint_with_cache = True
+
+
+@contextlib.contextmanager
+def prefill_unchecked(model: torch.nn.Module) -> Iterator[None]:
+    """Checkpointing off for the shared prompts' prefill: it writes its cache, which a layer run
+    again in the backward would write twice. Its activations are the prompts', once each."""
+    layers = [
+        m
+        for m in model.modules()
+        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
+    ]
+    for layer in layers:
+        layer.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.gradient_checkpointing = True
+
+
+class PromptCache(DynamicCache):
+    """The shared prompts' keys and values, read and never extended: each layer attends over
+    them and the completions' own. A DynamicCache would append the completions' keys, twice
+    when a checkpointed layer runs again in the backward."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], -2), torch.cat([layer.values, value_states], -2)
+
+
+def prompt_cache(cache: DynamicCache) -> PromptCache:
+    read_only = PromptCache()
+    read_only.layers = cache.layers
+    return read_only
 
 
 @dataclass(frozen=True)
@@ -200,14 +253,30 @@ def token_logprobs(
     Each distinct prompt runs once and serves all its rollouts (packed into one row with them,
     or through its cached keys and values, as in the sampler): a group's prompt costs what one
     rollout's does, not G times that, and the gradient reaches the prompt's positions as it
-    would through G copies.
+    would through G copies. Past one chunk of logits, the output layer runs in chunks
+    (trainer/logprobs.py): memory does not grow with tokens x vocabulary.
     """
-    logits_NTV = completion_logits(model, batch)
-    # bfloat16 logits are scored in float32; float64 stays float64
-    logits_NTV = logits_NTV.to(torch.promote_types(logits_NTV.dtype, torch.float32)) / temperature
-    logp_NTV = torch.log_softmax(logits_NTV, dim=-1)
-    logp_NT = logp_NTV.gather(-1, batch.completion_ids_NT[..., None])[..., 0]
-    entropy_NT = token_entropy(logits_NTV.detach()) if with_entropy else None
+    ids_NT = batch.completion_ids_NT
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    if logprobs.fits_one_chunk(ids_NT.numel(), vocab_size):
+        logits_NTV = completion_logits(model, batch)
+        return logprobs.logprobs_from_logits(logits_NTV, ids_NT, temperature, with_entropy)
+    head = logprobs.plain_output_layer(model)
+    if head is None:  # the model's own logits, scored in chunks
+        logits_NTV = completion_logits(model, batch)
+        return logprobs.chunked_logprobs(logits_NTV, ids_NT, temperature, None, with_entropy)
+    first_NV, hidden_NTH = completion_hidden(model, batch)
+    scored_NT = ids_NT if first_NV is None else ids_NT[:, 1:]
+    parts = [
+        logprobs.chunked_logprobs(hidden_NTH, scored_NT, temperature, head.weight, with_entropy)
+    ]
+    if first_NV is not None:  # the prompt's last position, from the prefill's logits
+        first = logprobs.chunked_logprobs(
+            first_NV[:, None], ids_NT[:, :1], temperature, None, with_entropy
+        )
+        parts.insert(0, first)
+    logp_NT = torch.cat([p[0] for p in parts], dim=1)
+    entropy_NT = torch.cat([p[1] for p in parts], dim=1) if with_entropy else None
     return logp_NT, entropy_NT
 
 
@@ -225,29 +294,61 @@ def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor
     return shared_prefix_logits(model, batch, inputs_NT)
 
 
-def shared_prefix_logits(
-    model: torch.nn.Module, batch: TokenBatch, inputs_NT: torch.Tensor
-) -> torch.Tensor:
-    """completion_logits with each distinct prompt run first, its keys and values then indexed
-    out to its rollouts, whose completions run against them in a second call."""
-    first_NV, cache, last_N1, padded = prefill_shared(
-        model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
-    )
-    if inputs_NT.shape[1] == 0:
-        return first_NV[:, None]
-    # Right padding of the completions needs no mask: under the causal mask no real token
-    # sees a later pad. Only left-padded prompts need one.
+def completion_hidden(
+    model: torch.nn.Module, batch: TokenBatch
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """completion_logits before the output layer: the final hidden states that predict each
+    completion token. Packed, all of them; through the shared cache, the prefill's logits for
+    the first token (one position a rollout) and the hidden states for the rest."""
+    inputs_NT = batch.completion_ids_NT[:, :-1]
+    steps = inputs_NT.shape[1]
+    decoder = model.get_decoder()
+    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DP, batch.prompt_of_N, steps)):
+        rows = packing.pack_groups(
+            batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
+        )
+        return None, packing.packed_hidden(decoder, rows)
+    with prefill_unchecked(model):
+        first_NV, cache, last_N1, padded = prefill_shared(
+            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+        )
+    if steps == 0:
+        return first_NV, first_NV.new_zeros(len(first_NV), 0, decoder.config.hidden_size)
+    rest = decoder(**completion_inputs(batch, inputs_NT, cache, last_N1, padded))
+    return first_NV, rest.last_hidden_state
+
+
+def completion_inputs(
+    batch: TokenBatch, inputs_NT: torch.Tensor, cache, last_N1: torch.Tensor, padded: bool
+) -> dict:
+    """The completions' forward after the shared prompts' prefill. Right padding of the
+    completions needs no mask: under the causal mask no real token sees a later pad. Only
+    left-padded prompts need one."""
     attention_mask = None
     if padded:
         attention_mask = torch.cat(
             [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
         )
     steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
-    rest_NTV = model(
+    return dict(
         input_ids=inputs_NT,
         attention_mask=attention_mask,
         position_ids=last_N1 + steps_T,
-        past_key_values=cache,
+        past_key_values=prompt_cache(cache),
         use_cache=True,
-    ).logits
+    )
+
+
+def shared_prefix_logits(
+    model: torch.nn.Module, batch: TokenBatch, inputs_NT: torch.Tensor
+) -> torch.Tensor:
+    """completion_logits with each distinct prompt run first, its keys and values then indexed
+    out to its rollouts, whose completions run against them in a second call."""
+    with prefill_unchecked(model):
+        first_NV, cache, last_N1, padded = prefill_shared(
+            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+        )
+    if inputs_NT.shape[1] == 0:
+        return first_NV[:, None]
+    rest_NTV = model(**completion_inputs(batch, inputs_NT, cache, last_N1, padded)).logits
     return torch.cat([first_NV[:, None], rest_NTV], dim=1)

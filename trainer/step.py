@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from trainer import metrics as metrics_names
-from trainer import rl_math
+from trainer import micro_batches, rl_math
 from trainer.losses import LossInputs, get_loss
 from trainer.policy import Policy, TokenBatch, collate, token_logprobs
 from trainer.sampling import Rollout, Sampler, SamplingSettings
@@ -108,8 +108,10 @@ def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
     advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
     metrics: dict[str, float] = {}
     if cfg.kl_penalty_coef > 0:
+        started = time.perf_counter()
         with torch.no_grad(), policy.reference() as reference:
-            ref_logp_NT, _ = token_logprobs(reference, batch, cfg.temperature)
+            ref_logp_NT = logprobs_in_pieces(reference, batch, cfg)
+        metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
         shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
             ref_logp_NT,
@@ -151,7 +153,9 @@ def train_on_groups(
     # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
     # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
     if cfg.compute_post_kl:
-        metrics.update(post_update_kl(policy, prepared.batch, cfg.temperature))
+        post_started = time.perf_counter()
+        metrics.update(post_update_kl(policy, prepared.batch, cfg))
+        metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
     return {**metrics, **timing(groups, time.perf_counter() - started)}
 
 
@@ -174,36 +178,63 @@ def timing(groups: Groups, train_s: float) -> dict[str, float]:
 def backward(
     cfg: DictConfig, policy: Policy, prepared: Prepared, rows: torch.Tensor, scale: float = 1.0
 ) -> dict[str, float]:
-    """Forward and backward on the given rollouts; gradients accumulate until the step.
+    """Forward and backward on the given rollouts (a minibatch), in micro-batches of at most
+    cfg.learner_batch_tokens tokens; gradients accumulate until the step.
 
-    `scale` divides a minibatch's loss when several make up one optimizer step (streaming).
-    A non-finite loss is reported, not backpropagated.
+    Each piece's loss is normalised by the whole minibatch's sequences and tokens, so the
+    pieces' gradients sum to the minibatch's. `scale` divides a minibatch's loss when several
+    make up one optimizer step (streaming). A non-finite loss is reported, not backpropagated.
     """
     started = time.perf_counter()
     rows = rows.to(policy.device)
-    minibatch = prepared.batch.select(rows)
+    mask_NT = prepared.mask_NT[rows]
+    num_sequences, num_tokens = len(rows), mask_NT.sum()
+    loss_fn = get_loss(cfg.loss.name)
+    losses, logp, entropy = [], [], []
     with policy.learner() as model:
-        logp_NT, entropy_NT = token_logprobs(model, minibatch, cfg.temperature, with_entropy=True)
-        require_finite("learner logprob", logp_NT[minibatch.mask_NT.bool()])
-        inputs = LossInputs(
-            logp_NT,
-            minibatch.sampler_logp_NT,
-            prepared.advantages_NT[rows],
-            prepared.mask_NT[rows],
-            cfg.max_tokens,
-        )
-        loss = get_loss(cfg.loss.name)(inputs, cfg.loss)
-        if torch.isfinite(loss):
-            (loss * scale).backward()
+        for piece in pieces(prepared.batch, rows, cfg.learner_batch_tokens):
+            part = prepared.batch.select(piece)
+            logp_NT, entropy_NT = token_logprobs(model, part, cfg.temperature, with_entropy=True)
+            require_finite("learner logprob", logp_NT[part.mask_NT.bool()])
+            inputs = LossInputs(
+                logp_NT,
+                part.sampler_logp_NT,
+                prepared.advantages_NT[piece],
+                prepared.mask_NT[piece],
+                cfg.max_tokens,
+                num_sequences,
+                num_tokens,
+            )
+            loss = loss_fn(inputs, cfg.loss)
+            if torch.isfinite(loss):
+                (loss * scale).backward()
+            losses.append(loss.detach())
+            logp.append(logp_NT.detach())
+            entropy.append(entropy_NT)
+    logp_NT, minibatch = torch.cat(logp), prepared.batch.select(rows)
     # Sampler-vs-learner KL on this minibatch, before its own update took effect.
     kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
     return {
-        metrics_names.LOSS: loss.item(),
+        metrics_names.LOSS: sum(losses).item(),
         metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
         metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
-        metrics_names.ENTROPY: rl_math.masked_mean(entropy_NT, minibatch.mask_NT).item(),
+        metrics_names.ENTROPY: rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item(),
         metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
     }
+
+
+def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """The learner's micro-batches of these rollouts (trainer/micro_batches.py)."""
+    prompt_tokens_D = batch.prompt_mask_DP.sum(-1)
+    width = batch.completion_ids_NT.shape[1]
+    return micro_batches.split_rows(rows, batch.prompt_of_N, prompt_tokens_D, width, budget)
+
+
+def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfig) -> torch.Tensor:
+    """Every rollout's token log-probs, no gradient, one micro-batch at a time."""
+    rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
+    parts = pieces(batch, rows, cfg.learner_batch_tokens)
+    return torch.cat([token_logprobs(model, batch.select(p), cfg.temperature)[0] for p in parts])
 
 
 def optimizer_step(
@@ -223,10 +254,10 @@ def optimizer_step(
 
 
 @torch.inference_mode()  # as the sampler runs; only two floats leave it
-def post_update_kl(policy: Policy, batch: TokenBatch, temperature: float) -> dict[str, float]:
+def post_update_kl(policy: Policy, batch: TokenBatch, cfg: DictConfig) -> dict[str, float]:
     """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
     with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
-        post_logp_NT, _ = token_logprobs(model, batch, temperature)
+        post_logp_NT = logprobs_in_pieces(model, batch, cfg)
     v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
     return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
 

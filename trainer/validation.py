@@ -53,6 +53,7 @@ def validate(cfg: DictConfig) -> list[str]:
     warnings: list[str] = []
     _check_sampling(cfg)
     _check_batch(cfg)
+    _check_learner_memory(cfg)
     _check_pipeline(cfg)
     _check_optimisation(cfg, warnings)
     _check_kl_and_loss(cfg, warnings)
@@ -96,6 +97,16 @@ def _check_batch(cfg: DictConfig) -> None:
     _require(cfg.eval_every >= 0, "eval_every", cfg.eval_every, "must be >= 0; 0: at the end")
     _require(cfg.eval_samples >= 1, "eval_samples", cfg.eval_samples, "must be >= 1")
     _require(cfg.save_every >= 0, "save_every", cfg.save_every, "must be >= 0; 0 turns it off")
+
+
+def _check_learner_memory(cfg: DictConfig) -> None:
+    tokens = cfg.learner_batch_tokens
+    _require(
+        tokens >= 1,
+        "learner_batch_tokens",
+        tokens,
+        "must be >= 1 (the most tokens a learner micro-batch holds)",
+    )
 
 
 def _check_pipeline(cfg: DictConfig) -> None:

@@ -1,0 +1,136 @@
+"""The learner in micro-batches: the same gradients as the whole minibatch, for every loss.
+
+Float64, the real learner (the merged copy's custom backward, packing or the shared prompt
+cache, the KL reference forward), the output layer in chunks: only the pieces differ.
+"""
+
+import pytest
+import torch
+
+from trainer import logprobs, packing
+from trainer.losses import LOSSES
+from trainer.micro_batches import split_rows
+from trainer.policy import collate, load_policy, token_logprobs
+from trainer.rl_math import minibatch_rows
+from trainer.sampling import SamplingSettings
+from trainer.step import Groups, backward, pieces, prepare
+from trainer.torch_sampler import TorchSampler
+
+PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3=", "50+50="]  # unequal lengths: left padding
+GROUP = 4
+# Two constant groups (rows 1 and 3) for remove_constant_reward_groups to drop.
+REWARDS = torch.tensor(
+    [[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.5, 1.0, 0.0], [0, 0, 0, 0], [1, 0, 0, 0]]
+)
+
+
+def test_pieces_are_consecutive_runs_under_the_budget_and_may_split_a_group():
+    # 5 rollouts of width 3; prompts of 4 and 2 tokens, each counted once a piece.
+    prompt_of_N = torch.tensor([0, 0, 0, 1, 1])
+    prompt_tokens_D = torch.tensor([4, 2])
+    cut = split_rows(torch.arange(5), prompt_of_N, prompt_tokens_D, 3, budget=10)
+    # [0, 1]: 4 + 3 + 3 = 10; [2, 3]: 4 + 3 + 2 + 3 = 12 > 10, so [2] alone (7), then
+    # [3, 4]: 2 + 3 + 3 = 8.
+    assert [p.tolist() for p in cut] == [[0, 1], [2], [3, 4]]
+    # A rollout over the budget is a piece of its own; a budget over everything, one piece.
+    assert [
+        p.tolist() for p in split_rows(torch.arange(2), prompt_of_N, prompt_tokens_D, 3, 1)
+    ] == [
+        [0],
+        [1],
+    ]
+    assert len(split_rows(torch.arange(5), prompt_of_N, prompt_tokens_D, 3, 10**6)) == 1
+    # Only the given rows (a minibatch with a group filtered out), in their order.
+    assert [
+        p.tolist() for p in split_rows(torch.tensor([3, 4]), prompt_of_N, prompt_tokens_D, 3, 5)
+    ] == [
+        [3],
+        [4],
+    ]
+
+
+@pytest.fixture(scope="module")
+def float64_rollouts():
+    """A float64 tiny policy with a moved adapter, and GROUP rollouts of each prompt from it."""
+    from tests.conftest import compose_conf
+
+    torch.manual_seed(0)
+    policy = load_policy(compose_conf("output_dir=/tmp/unused", "max_tokens=12"))
+    policy.model.double()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # LoRA B starts at zero, which would hide a wrong adapter gradient
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    rollouts = TorchSampler(policy).sample(
+        [p for p in PROMPTS for _ in range(GROUP)], SamplingSettings(max_tokens=12)
+    )
+    return policy, rollouts
+
+
+def gradients(cfg, policy, rollouts) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+    """The minibatch's gradients through the real prepare + backward, its advantages, and how
+    many pieces the learner ran."""
+    groups = Groups([None] * len(PROMPTS), rollouts, REWARDS, [0] * len(PROMPTS), 0.0)
+    prepared = prepare(cfg, policy, groups)
+    (rows,) = minibatch_rows(len(PROMPTS), GROUP, 1, prepared.keep_P)
+    for p in policy.trainable_parameters():
+        p.grad = None
+    backward(cfg, policy, prepared, rows)
+    grads = [p.grad.clone() for p in policy.trainable_parameters()]
+    return (
+        grads,
+        prepared.advantages_NT,
+        len(pieces(prepared.batch, rows, cfg.learner_batch_tokens)),
+    )
+
+
+@pytest.mark.parametrize("path", ["packed", "shared-cache"])
+@pytest.mark.parametrize("kl_penalty_coef", [0.0, 0.1])
+@pytest.mark.parametrize("remove_constant", [False, True])
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_micro_batches_give_the_whole_minibatchs_gradients(
+    float64_rollouts, monkeypatch, composed, loss, kl_penalty_coef, remove_constant, path
+):
+    policy, rollouts = float64_rollouts
+    monkeypatch.setattr(packing, "MAX_ROW_TOKENS", 10_000 if path == "packed" else 0)
+    overrides = [
+        f"loss={loss}",
+        f"kl_penalty_coef={kl_penalty_coef}",
+        f"remove_constant_reward_groups={remove_constant}",
+        "max_tokens=12",
+        "loss.mask_truncated_completions=true",  # the token normaliser then differs per row
+    ]
+    cfg = composed(*overrides)
+    whole, whole_adv, one = gradients(cfg, policy, rollouts)
+    assert one == 1
+    # Pieces of about three rollouts, cut inside groups, and the output layer in chunks of
+    # 5 positions (the tiny vocabulary fits one chunk otherwise).
+    width = max(len(r.completion_ids) for r in rollouts)
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 5 * policy.tokenizer.vocab_size)
+    cfg.learner_batch_tokens = 3 * width + 4
+    split, split_adv, num_pieces = gradients(cfg, policy, rollouts)
+    assert num_pieces >= 3
+    assert torch.allclose(split_adv, whole_adv, rtol=0, atol=1e-12)  # the reference, in pieces
+    for s, w in zip(split, whole, strict=True):
+        assert torch.allclose(s, w, rtol=1e-5, atol=1e-5 * w.abs().max())
+    assert any(w.abs().max() > 0 for w in whole)
+
+
+def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollouts, monkeypatch):
+    policy, rollouts = float64_rollouts
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)
+    with policy.learner() as model:
+        whole_NT, whole_entropy_NT = token_logprobs(model, batch, 0.7, with_entropy=True)
+        monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 7 * policy.tokenizer.vocab_size)
+        chunked_NT, chunked_entropy_NT = token_logprobs(model, batch, 0.7, with_entropy=True)
+    mask = batch.mask_NT.bool()
+    assert torch.allclose(chunked_NT[mask], whole_NT[mask], rtol=0, atol=1e-6)
+    # (the plain path scores entropy in float32, rl_math.token_entropy)
+    assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
+
+
+def test_a_micro_batch_of_no_tokens_is_refused_before_any_model_loads(composed):
+    from trainer.validation import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=r"^learner_batch_tokens=0: must be >= 1"):
+        validate(composed("learner_batch_tokens=0"))
