@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -64,12 +63,6 @@ def finish(process: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def mean_and_stderr(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], float("nan")
-    return statistics.mean(values), statistics.stdev(values) / len(values) ** 0.5
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -82,6 +75,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
+
+    from trainer.rl_math import mean_and_stderr
 
     shape = [
         "task=arithmetic",
