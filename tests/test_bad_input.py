@@ -26,8 +26,12 @@ ROWS = [
     ({}, ["hydra.sweeper.storage=postgresql+psycopg2://nobody@127.0.0.1:9/optuna"], "error: hydra.sweeper.storage='postgresql+psycopg2://nobody@127.0.0.1:9/optuna': cannot open it"),
     ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, [], "error: MLFLOW_TRACKING_URI='http://127.0.0.1:9': cannot use this tracking store"),
     ({}, ["model.path=/no/such/model"], "error: model.path='/no/such/model': must be a Hugging Face model directory that exists"),
-    ({}, ["task=jsonl", "task.path=/no/such.jsonl"], "error: task.path='/no/such.jsonl': no such file"),
+    ({}, ["task=jsonl", "task.path=/no/such.jsonl"], "error: task.path='/no/such.jsonl': no such file or directory"),
     ({}, ["task=jsonl", "task.path=BAD_JSONL"], "error: task.path='BAD_JSONL': line 2 is not JSON"),
+    ({}, ["task=jsonl", "task.path=QA_JSONL", "task.prompt_field=question"], "error: task.prompt_field='question': row 1 of 'QA_JSONL' has no such field; its fields are ['answer', 'prompt']"),
+    ({}, ["task=jsonl", "task.path=CHAT_JSONL"], "error: task.path='CHAT_JSONL': row 1, field 'prompt': unknown message role 'robot'"),
+    ({}, ["task.rewards=[exact]"], "error: task.rewards: unknown reward 'exact'; one of ['answer_tag', 'boxed',"),
+    ({}, ["task.rewards=[last_number,format]", "task.reward_weights=[1.0]"], "error: task.reward_weights=[1.0]: 1 weights for 2 rewards ['last_number', 'format']"),
 ]  # fmt: skip
 
 
@@ -37,8 +41,17 @@ ROWS = [
 def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
     bad_jsonl = tmp_path / "bad.jsonl"
     bad_jsonl.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n{broken\n")
-    args = [a.replace("BAD_JSONL", str(bad_jsonl)) for a in args]
-    message = message.replace("BAD_JSONL", str(bad_jsonl))
+    files = {
+        "BAD_JSONL": bad_jsonl,
+        "QA_JSONL": tmp_path / "qa.jsonl",
+        "CHAT_JSONL": tmp_path / "chat.jsonl",
+    }
+    files["QA_JSONL"].write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    robot = {"prompt": [{"role": "robot", "content": "1+1="}], "answer": "2"}
+    files["CHAT_JSONL"].write_text(json.dumps(robot) + "\n")
+    for name, path in files.items():
+        args = [a.replace(name, str(path)) for a in args]
+        message = message.replace(name, str(path))
     environment = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **env}
     done = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],

@@ -34,6 +34,7 @@ def train_and_log(cfg: DictConfig) -> float:
     except ConfigError as e:
         sys.exit(f"error: {e}")
     # Loaded once the settings hold, so a bad one fails before seconds of imports.
+    from trainer.rewards import RewardError
     from trainer.tracking import MLflowReporter, MLflowRun, check_tracking_uri
     from trainer.train import train
 
@@ -51,6 +52,8 @@ def train_and_log(cfg: DictConfig) -> float:
     except KeyboardInterrupt:
         status = "KILLED"
         raise
+    except RewardError as e:  # a reward function's bug: one line naming the reward
+        sys.exit(f"error: {e}")
     finally:
         run.end(status)
     baseline = "n/a" if result.baseline_eval is None else f"{result.baseline_eval:.3f}"

@@ -29,8 +29,14 @@ ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 # standard error over problems sits beside it (`stderr_of`).
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)
 EVAL_GREEDY = "eval/greedy/mean"  # greedy decoding on the same problems (eval_greedy)
+EVAL_TRUNCATED = "eval/truncated"  # share of sampled eval completions cut at max_tokens
 
 
 def stderr_of(mean_metric: str) -> str:
     """`eval/reward/mean` -> `eval/reward/stderr`."""
     return mean_metric.removesuffix("/mean") + "/stderr"
+
+
+def reward_part(name: str) -> str:
+    """The metric of one of the task's rewards, beside the total: `reward/last_number`."""
+    return f"reward/{name}"

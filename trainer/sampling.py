@@ -11,8 +11,10 @@ checks read `SAMPLERS` here without loading torch's decoding or transformers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from trainer.prompts import Prompt, PromptRenderer, prompt_settings
 
 
 @dataclass
@@ -32,31 +34,37 @@ class SamplingSettings:
 
 @dataclass
 class Rollout:
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # the prompt as rendered once (trainer/prompts.py); the learner's too
     completion_ids: list[int]  # includes the end-of-sequence token when one was sampled
     sampler_logps: list[float]  # one per completion token
     finished: bool  # ended with end-of-sequence (False: truncated at max_tokens)
     text: str  # the completion decoded, without special tokens
+    # Each reward's score by name, set when scored (trainer/rewards.py `score`); logged per name.
+    reward_parts: dict[str, float] = field(default_factory=dict)
 
 
 class Sampler(Protocol):
     """What the trainer samples with (beside `Task`, what it samples for)."""
 
+    renderer: PromptRenderer  # how its prompts become token ids
+
     def sync_weights(self) -> None:
         """Called before sampling with new weights: an engine of its own takes them here."""
 
-    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
-        """One completion per prompt, with the sampler's per-token log-probs."""
+    def sample(self, prompts: list[Prompt], settings: SamplingSettings) -> list[Rollout]:
+        """One completion per prompt (a string or messages, rendered by its PromptRenderer),
+        with the sampler's per-token log-probs."""
 
 
 SAMPLERS = ("torch", "vllm")  # sampler.name: make_sampler builds each
 
 
 def make_sampler(name: str, policy, cfg) -> Sampler:
+    renderer = PromptRenderer(policy.tokenizer, **prompt_settings(cfg.task))
     if name == "vllm":
         from trainer.vllm_sampler import VLLMSampler  # GPU extra: imported only when asked for
 
-        return VLLMSampler(policy, cfg)
+        return VLLMSampler(policy, cfg, renderer)
     from trainer.torch_sampler import TorchSampler
 
-    return TorchSampler(policy, cfg.sampler.batch_tokens)
+    return TorchSampler(policy, cfg.sampler.batch_tokens, renderer)

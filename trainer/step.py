@@ -21,6 +21,7 @@ from trainer import metrics as metrics_names
 from trainer import micro_batches, rl_math
 from trainer.losses import LossInputs, get_loss
 from trainer.policy import Policy, TokenBatch, collate, token_logprobs
+from trainer.rewards import reward_part_means, score
 from trainer.sampling import Rollout, Sampler, SamplingSettings
 from trainer.tasks import Problem, Task
 
@@ -77,10 +78,10 @@ def sample_groups(
     group_size = cfg.group_size  # read once: each DictConfig lookup costs tens of microseconds
     prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
     rollouts_N = sampler.sample(prompts_N, settings)
-    rewards_N = [
-        task.reward(problems_P[i // group_size], r.text, r.finished)
-        for i, r in enumerate(rollouts_N)
-    ]
+    rewards_N = []
+    for i, r in enumerate(rollouts_N):  # each reward's own score rides on its rollout
+        reward, r.reward_parts = score(task, problems_P[i // group_size], r.text, r.finished)
+        rewards_N.append(reward)
     rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
     require_finite("reward", rewards_PG)
     elapsed = time.perf_counter() - started
@@ -164,6 +165,7 @@ def group_metrics(groups: Groups) -> dict[str, float]:
         metrics_names.REWARD: groups.rewards_PG.mean().item(),
         metrics_names.REWARD_STD: groups.rewards_PG.std().item(),
         **rl_math.group_outcome_fractions(groups.rewards_PG),
+        **reward_part_means(groups.rollouts_N),
     }
 
 

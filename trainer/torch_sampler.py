@@ -20,6 +20,7 @@ from transformers.generation import (
     TopPLogitsWarper,
 )
 
+from trainer.prompts import Prompt, PromptRenderer
 from trainer.sampling import Rollout, SamplingSettings
 
 if TYPE_CHECKING:
@@ -47,19 +48,22 @@ class TorchSampler:
     stops once every row has ended, and no per-token Python work per row.
     """
 
-    def __init__(self, policy: Policy, batch_tokens: int = 8192) -> None:
+    def __init__(
+        self, policy: Policy, batch_tokens: int = 8192, renderer: PromptRenderer | None = None
+    ) -> None:
         self.policy = policy
         self.batch_tokens = batch_tokens  # prompt + completion tokens decoded at once (memory)
+        self.renderer = renderer or PromptRenderer(policy.tokenizer)
 
     def sync_weights(self) -> None:
         """Nothing to do: the inference copy re-merges whenever the adapter changed."""
 
     @torch.inference_mode()  # less per-op bookkeeping than no_grad; only lists leave it
-    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
-        distinct = list(dict.fromkeys(prompts))  # a group's prompt is tokenized once
-        ids_D = self.policy.tokenizer(distinct).input_ids
-        row_of = {prompt: d for d, prompt in enumerate(distinct)}
-        rows_N = [row_of[prompt] for prompt in prompts]
+    def sample(self, prompts: list[Prompt], settings: SamplingSettings) -> list[Rollout]:
+        ids_N = [tuple(self.renderer(prompt)) for prompt in prompts]  # rendered once, cached
+        row_of = {ids: d for d, ids in enumerate(dict.fromkeys(ids_N))}
+        ids_D = [list(ids) for ids in row_of]
+        rows_N = [row_of[ids] for ids in ids_N]
         per_chunk = max(1, self.batch_tokens // (max(map(len, ids_D)) + settings.max_tokens))
         rollouts: list[Rollout] = []
         for start in range(0, len(prompts), per_chunk):

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-import hydra
 import torch
 from omegaconf import DictConfig
 
@@ -28,9 +27,10 @@ from trainer.lr import make_scheduler, resolve_lr
 from trainer.pipelines import make_pipeline
 from trainer.policy import load_policy
 from trainer.progress import progress
+from trainer.rewards import score
 from trainer.sampling import Sampler, SamplingSettings, make_sampler
 from trainer.step import NonFiniteError
-from trainer.tasks import Task
+from trainer.tasks import Task, make_task
 from trainer.validation import validate
 
 __all__ = ["NonFiniteError", "Reporter", "TrainResult", "evaluate", "train"]
@@ -59,7 +59,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     policy = load_policy(cfg)
-    task: Task = hydra.utils.instantiate(cfg.task)
+    task = make_task(cfg.task)
     lr = resolve_lr(cfg, policy.model.config.hidden_size)
     # fused: one kernel for all parameters instead of a dozen ops each (0.36 vs 0.98 ms a step)
     fused = policy.device.type in ("cpu", "cuda")
@@ -78,7 +78,16 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     else:
         eval_metrics, _ = evaluate(sampler, task, settings, cfg)
         baseline = eval_metrics[metrics_names.EVAL_REWARD]
-        warn_on_baseline(baseline)
+        advice = baseline_advice(
+            baseline,
+            real_model=cfg.model.path is not None,
+            template=sampler.renderer.template_state(),
+            rewards=list(getattr(getattr(task, "rewards", None), "names", [])),
+            truncated=eval_metrics[metrics_names.EVAL_TRUNCATED],
+            max_tokens=cfg.max_tokens,
+        )
+        if advice:
+            log.warning(advice)
         _report(reporter, 0, eval_metrics)
 
     log.info(
@@ -138,33 +147,62 @@ def evaluate(
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(cfg.seed)
         rollouts = sampler.sample(prompts, settings)
-    rewards = [
-        task.reward(problems[i // cfg.eval_samples], r.text, r.finished)
-        for i, r in enumerate(rollouts)
-    ]
     k = cfg.eval_samples
+    rewards = [score(task, problems[i // k], r.text, r.finished)[0] for i, r in enumerate(rollouts)]
     per_problem = {
         metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
     }
     if cfg.eval_greedy:
         greedy = sampler.sample([p.prompt for p in problems], replace(settings, greedy=True))
         per_problem[metrics_names.EVAL_GREEDY] = [
-            task.reward(p, r.text, r.finished) for p, r in zip(problems, greedy, strict=True)
+            score(task, p, r.text, r.finished)[0] for p, r in zip(problems, greedy, strict=True)
         ]
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {
+        metrics_names.EVAL_TRUNCATED: sum(not r.finished for r in rollouts) / len(rollouts)
+    }
     for name, values in per_problem.items():
         metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
     return metrics, per_problem
 
 
-def warn_on_baseline(baseline: float) -> None:
-    if baseline == 0.0:
-        log.warning("Baseline eval reward is 0%%: the task is likely too hard for this model")
-    elif baseline >= 0.8:
-        log.warning(
-            "Baseline eval reward is %.0f%%: little left to learn, use harder problems",
-            100 * baseline,
+def baseline_advice(
+    baseline: float,
+    real_model: bool,
+    template: str,
+    rewards: list[str],
+    truncated: float,
+    max_tokens: int,
+) -> str | None:
+    """The warning a baseline eval calls for, or None: at 0% with a real model, the likely
+    causes (the prompt's rendering, the reward, max_tokens); at 80%+, little left to learn.
+    template: "applied", "off" (the tokenizer has one, task.chat_template=false) or "none"."""
+    if baseline >= 0.8:
+        return f"Baseline eval reward is {baseline:.0%}: little left to learn, use harder problems"
+    if baseline > 0.0:
+        return None
+    causes = []
+    if real_model and template == "off":
+        causes.append(
+            "the chat template is off (task.chat_template=false) though the tokenizer has one: "
+            "an instruct model given a bare prompt often ends at once"
         )
+    if real_model and template == "none":
+        causes.append(
+            "the tokenizer has no chat template: a base model needs a prompt it can continue"
+        )
+    if truncated >= 0.5:
+        causes.append(
+            f"{truncated:.0%} of the completions hit max_tokens={max_tokens} before ending: "
+            "raise max_tokens"
+        )
+    if real_model and "exact_match" in rewards:
+        causes.append(
+            "the reward exact_match wants the completion to be the answer alone, and a chat "
+            "model writes sentences: try task.rewards=[last_number] (or boxed, math_verify)"
+        )
+    if not causes:
+        causes.append("the task is likely too hard for this model")
+    return "Baseline eval reward is 0%: " + "; ".join(causes)
 
 
 def warn_on_kl(cfg: DictConfig, step: int, metrics: dict[str, float]) -> None:

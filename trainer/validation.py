@@ -13,19 +13,18 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from trainer.errors import ConfigError
 from trainer.losses import LOSSES
 from trainer.lr import LR_EXPONENTS, LR_SCHEDULES
 from trainer.pipeline_settings import check as pipeline_rules
 from trainer.rl_math import SCALE_REWARDS
 from trainer.sampling import SAMPLERS
 
+__all__ = ["ConfigError", "first_line", "validate"]
+
 DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
 
 DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names the parameter, the value and the rule."""
 
 
 def first_line(error: BaseException) -> str:
@@ -179,16 +178,23 @@ def _check_paths(cfg: DictConfig) -> None:
         )
     task_path = cfg.task.get("path") if isinstance(cfg.task, DictConfig) else None
     if task_path is not None:
-        _require(Path(task_path).expanduser().is_file(), "task.path", task_path, "no such file")
+        _require(
+            Path(task_path).expanduser().exists(),
+            "task.path",
+            task_path,
+            "no such file or directory",
+        )
 
 
 def _check_task(cfg: DictConfig) -> None:
-    """Build the task once, so a bad data file fails here and not inside a trial."""
+    """Build the task once, so a bad data file, field, message or reward fails here and not
+    inside a trial."""
     from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+
+    from trainer.tasks import make_task
 
     try:
-        instantiate(cfg.task)
+        make_task(cfg.task)
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, ConfigError):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from trainer.prompts import Prompt, PromptRenderer
 from trainer.sampling import Rollout, SamplingSettings
 from trainer.tiny_model import build_tiny_model
 from trainer.validation import ConfigError
 
 
 class VLLMSampler:
-    def __init__(self, policy, cfg) -> None:
+    def __init__(self, policy, cfg, renderer: PromptRenderer) -> None:
         try:
             from vllm import LLM
         except ImportError as e:
@@ -28,6 +29,7 @@ class VLLMSampler:
         if not policy.uses_lora:
             raise ConfigError("sampler.name='vllm': needs LoRA (lora_rank > 0)")
         self.policy = policy
+        self.renderer = renderer
         self.llm = LLM(
             model=cfg.model.path or str(build_tiny_model(cfg.model.tiny)),
             dtype=cfg.model.dtype,
@@ -49,7 +51,7 @@ class VLLMSampler:
         self.policy.model.save_pretrained(path)
         self._lora = LoRARequest(f"policy-v{self._version}", self._version, str(path))
 
-    def sample(self, prompts: list[str], settings: SamplingSettings) -> list[Rollout]:
+    def sample(self, prompts: list[Prompt], settings: SamplingSettings) -> list[Rollout]:
         from vllm import SamplingParams
 
         if self._lora is None:
@@ -64,7 +66,7 @@ class VLLMSampler:
             logprobs=0,  # the sampled token's log-prob only
         )
         tok = self.policy.tokenizer
-        prompt_ids = [tok(p).input_ids for p in prompts]
+        prompt_ids = [self.renderer(p) for p in prompts]
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(requests, params, lora_request=self._lora, use_tqdm=False)
         rollouts = []
