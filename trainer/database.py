@@ -55,22 +55,27 @@ def retry_window() -> float:
 def is_unreachable(error: BaseException) -> bool:
     """A dropped or refused connection, however wrapped: Optuna wraps the driver's error in a
     StorageInternalError, MLflow in an MlflowException (TEMPORARILY_UNAVAILABLE)."""
+    return _connection_error(error) is not None
+
+
+def _connection_error(error: BaseException) -> BaseException | None:
+    """The connection error in error's chain (the wrappers' messages say less), or None."""
     import sqlalchemy.exc
 
-    seen = error
+    seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, DatabaseUnreachable):
-            return False  # already retried for the whole window: never retry it again
+            return None  # already retried for the whole window: never retry it again
         if isinstance(seen, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-            return True
+            return seen
         if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
-            return True
-        if isinstance(seen, ConnectionError) or (
-            getattr(seen, "error_code", None) == "TEMPORARILY_UNAVAILABLE"
-        ):
-            return True
+            return seen
+        if isinstance(seen, ConnectionError):
+            return seen
+        if getattr(seen, "error_code", None) == "TEMPORARILY_UNAVAILABLE":
+            return seen.__cause__ or seen
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def retried(call: Callable[[], T], store: str, window_s: float | None = None) -> T:
@@ -82,15 +87,16 @@ def retried(call: Callable[[], T], store: str, window_s: float | None = None) ->
         try:
             return call()
         except Exception as e:
-            if not is_unreachable(e):
+            cause = _connection_error(e)
+            if cause is None:
                 raise
+            why = first_line(cause)[:200]
             if time.monotonic() >= deadline:
                 raise DatabaseUnreachable(
-                    f"{store}: the database is unreachable (retried for {window_s:g} s: "
-                    f"{first_line(e)[:200]})"
+                    f"{store}: the database is unreachable (retried for {window_s:g} s: {why})"
                 ) from e
             if attempt == 0:
-                log.warning("%s: lost the database (%s); retrying", store, first_line(e)[:200])
+                log.warning("%s: lost the database (%s); retrying", store, why)
             time.sleep(min(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], window_s / 4 + 0.05))
     raise AssertionError("unreachable")
 
