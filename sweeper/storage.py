@@ -102,8 +102,10 @@ def open_storage(
         if scheme(url) == "postgresql":
             kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
 
+    window_s = None if patient else 0
+
     def create() -> RDBStorage:
-        with schema_lock(url, store_name(url), path), warnings.catch_warnings():
+        with schema_lock(url, store_name(url), path, window_s), warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return ResilientRDBStorage(
                 url,
@@ -113,7 +115,7 @@ def open_storage(
             )
 
     try:
-        return retried(create, store_name(url), None if patient else 0)
+        return retried(create, store_name(url), window_s)
     except DatabaseUnreachable as e:
         if patient:
             raise

@@ -142,9 +142,10 @@ def _lock_engine(url: str) -> Any:
 
 
 @contextlib.contextmanager
-def advisory_lock(url: str, key: int, store: str) -> Iterator[None]:
+def advisory_lock(url: str, key: int, store: str, window_s: float | None = None) -> Iterator[None]:
     """A PostgreSQL session advisory lock for the block. The server lets it go when the
-    session ends (the process died, or the connection dropped), so none is ever left held."""
+    session ends (the process died, or the connection dropped), so none is ever left held.
+    Taking it is retried as `retried(..., window_s)` is."""
     import sqlalchemy
 
     def lock() -> Any:
@@ -156,7 +157,7 @@ def advisory_lock(url: str, key: int, store: str) -> Iterator[None]:
             raise
         return connection
 
-    connection = retried(lock, store)
+    connection = retried(lock, store, window_s)
     try:
         yield
     finally:
@@ -167,7 +168,9 @@ def advisory_lock(url: str, key: int, store: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def schema_lock(url: str, store: str, sqlite_file: Path | None) -> Iterator[None]:
+def schema_lock(
+    url: str, store: str, sqlite_file: Path | None, window_s: float | None = None
+) -> Iterator[None]:
     """One process at a time creates (or checks) a store's tables: workers started together
     on a fresh database otherwise race to create the same tables and types and the losers
     fail (a duplicate key in pg_type, "table already exists"). SQLite: a lock on the file's
@@ -177,7 +180,7 @@ def schema_lock(url: str, store: str, sqlite_file: Path | None) -> Iterator[None
         folder = sqlite_file.expanduser().absolute().parent
         lock = flocked(folder) if folder.is_dir() else contextlib.nullcontext()
     elif scheme(url) == "postgresql":
-        lock = advisory_lock(url, SCHEMA_LOCK_KEY, store)
+        lock = advisory_lock(url, SCHEMA_LOCK_KEY, store, window_s)
     else:
         lock = contextlib.nullcontext()
     with lock:

@@ -126,7 +126,7 @@ def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
     def create() -> ResilientMlflowClient:
         if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
             _probe(uri)
-        with schema_lock(uri, _store(uri), sqlite_file):
+        with schema_lock(uri, _store(uri), sqlite_file, window_s):
             client = ResilientMlflowClient(uri)
             MlflowClient.search_experiments(client, max_results=1)  # the store is created here
         return client
