@@ -2,7 +2,8 @@
 PostgreSQL server (each in its own database): workers started at the same instant on fresh
 databases all come up; a server restarted under a running sweep costs at most the steps since
 the last checkpoint; a server that stays down stops each worker with one line, charges no
-configuration a failure, and the same command resumes once it is back."""
+configuration a failure, and the same command resumes once it is back. And a run that kills
+its own worker is lost, not failed, until it has been lost max_lost_in_a_row times."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from sweeper import records
 from sweeper.records import Role, State, Tag, TrialAttr
 from trainer.database import SCHEMA_BARRIER_ENV
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow
 
 TINY = ["batch_size=4", "eval_every=0", "task.eval_size=16", "hydra.sweeper.health=[]"]
 RESUMABLE = [*TINY, "max_steps=9", "save_every=3", "hydra.sweeper.heartbeat_interval=2"]
@@ -91,6 +92,7 @@ def assert_interrupted_points_resumed(trials: list) -> int:
     return len(retries)
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("attempt", range(3))
 def test_workers_started_at_once_on_fresh_postgres_databases_all_come_up(
     postgres,  # noqa: F811
@@ -114,6 +116,7 @@ def test_workers_started_at_once_on_fresh_postgres_databases_all_come_up(
     assert_every_point_complete_once(storage, tracking, points=3)
 
 
+@pytest.mark.postgres
 def test_a_server_restarted_twice_under_two_workers_loses_no_configuration(
     own_postgres,  # noqa: F811
     tmp_path,
@@ -133,6 +136,7 @@ def test_a_server_restarted_twice_under_two_workers_loses_no_configuration(
     assert_interrupted_points_resumed(trials)
 
 
+@pytest.mark.postgres
 def test_a_server_that_stays_down_stops_the_worker_and_the_same_command_resumes(
     own_postgres,  # noqa: F811
     tmp_path,
@@ -157,3 +161,44 @@ def test_a_server_that_stays_down_stops_the_worker_and_the_same_command_resumes(
     assert again.returncode == 0, stderr[-3000:]
     trials = assert_every_point_complete_once(storage, tracking, points=2)
     assert assert_interrupted_points_resumed(trials) >= 1
+
+
+KILLS_ITS_WORKER = '''
+import os
+import signal
+
+from trainer.tasks import AdditionTask
+
+
+class KillsItsWorker(AdditionTask):
+    """Dies as a run killed for memory does: SIGKILL, nothing recorded."""
+
+    def train_problems(self, n, rng):
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_path):
+    """Lost, not failed: the point is queued again, and after max_lost_in_a_row losses in a
+    row it fails with the reason instead of looping forever."""
+    (tmp_path / "killer.py").write_text(KILLS_ITS_WORKER)
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=joblib", "group_size=2",
+         "task._target_=killer.KillsItsWorker", "max_steps=2", *TINY,
+         "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1"],
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+             "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (name,) = optuna.get_all_study_names(f"sqlite:///{tmp_path}/sweeps.db")
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/sweeps.db").trials
+    first, second = sorted(trials, key=lambda t: t.number)
+    assert records.is_interrupted(first) and first.user_attrs[TrialAttr.LOST_IN_A_ROW] == 1
+    assert first.user_attrs[TrialAttr.FAIL_REASON].startswith("lost: its job died")
+    assert second.user_attrs[TrialAttr.RETRY_OF] == first.number
+    assert second.state.name == "FAIL" and not records.is_interrupted(second)
+    assert second.user_attrs[TrialAttr.FAIL_REASON].startswith("lost 2 times in a row")
+    runs = trial_runs(f"sqlite:///{tmp_path}/mlflow.db")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
