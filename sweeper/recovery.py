@@ -12,6 +12,8 @@ recorded by its job and stays FAIL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
@@ -22,13 +24,21 @@ from sweeper.text import fail_reason, first_line
 from trainer.database import DatabaseUnreachable, is_unreachable
 
 
-def lost_reason(record: Replicate | None, error: BaseException | None) -> str | None:
-    """Why a seed's run was lost (None: it ended on its own account, whatever the outcome)."""
-    if isinstance(error, DatabaseUnreachable) or (error is not None and is_unreachable(error)):
-        return first_line(error)
-    if record is None or record.state == State.RUNNING:
-        what = fail_reason(error) if error is not None else "it ended without a record"
-        return f"its job died ({what})"
+def lost_reason(
+    errors: Mapping[int, BaseException | None], recorded: Mapping[int, Replicate]
+) -> str | None:
+    """Why a configuration's run was lost (None: each seed ended on its own account, or one
+    was pruned or failed, which is the configuration's verdict). errors: {seed: what its job
+    raised}; recorded: {seed: what it recorded}."""
+    if any(r.state in (State.PRUNED, State.FAIL) for r in recorded.values()):
+        return None
+    for seed, error in errors.items():
+        if isinstance(error, DatabaseUnreachable) or (error is not None and is_unreachable(error)):
+            return first_line(error)
+        record = recorded.get(seed)
+        if record is None or record.state == State.RUNNING:
+            what = fail_reason(error) if error is not None else "it ended without a record"
+            return f"its job died ({what})"
     return None
 
 

@@ -292,15 +292,11 @@ class SweepRunner:
         """The configuration's outcome, from what its seeds recorded, into the study."""
         trial = flight.trial
         recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
-        lost = [
-            reason
-            for seed, ret in flight.ended.items()
-            if (reason := recovery.lost_reason(recorded.get(seed), oa.job_error(ret)))
-        ]
-        broke = any(r.state in (State.PRUNED, State.FAIL) for r in recorded.values())
-        if lost and not broke:  # the infrastructure, not the configuration: run it again
+        errors = {seed: oa.job_error(ret) for seed, ret in flight.ended.items()}
+        lost = recovery.lost_reason(errors, recorded)
+        if lost:  # the infrastructure, not the configuration: run it again
             with exclusive(self.s.storage):
-                if recovery.lose(study, oa.trial_id(trial), lost[0], self.s.max_lost_in_a_row):
+                if recovery.lose(study, oa.trial_id(trial), lost, self.s.max_lost_in_a_row):
                     self._give_back(study, oa.fresh(study, oa.trial_id(trial)))
             return
         for seed, ret in flight.ended.items():
