@@ -9,13 +9,11 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
@@ -29,6 +27,7 @@ from trainer.database import (
     advisory_lock,
     missing_driver,
     retried,
+    retrying,
     schema_lock,
     scheme,
     shown_url,
@@ -64,21 +63,14 @@ class ResilientRDBStorage(RDBStorage):
     a failover): the trial in flight waits for the server instead of failing."""
 
 
-def _retrying(method: Callable) -> Callable:
-    @functools.wraps(method)
-    def call(self: ResilientRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        return retried(lambda: method(self, *args, **kwargs), store_name(self.url))
-
-    return call
-
-
 # Every call that reaches the database (BaseStorage's API, the heartbeats).
 for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
     "record_heartbeat",
     "_get_stale_trial_ids",
 ]:
     if callable(getattr(RDBStorage, _name)):
-        setattr(ResilientRDBStorage, _name, _retrying(getattr(RDBStorage, _name)))
+        method = getattr(RDBStorage, _name)
+        setattr(ResilientRDBStorage, _name, retrying(method, lambda self: store_name(self.url)))
 
 
 def open_storage(

@@ -101,6 +101,17 @@ def retried(call: Callable[[], T], store: str, window_s: float | None = None) ->
     raise AssertionError("unreachable")
 
 
+def retrying(method: Callable[..., T], store_of: Callable[[Any], str]) -> Callable[..., T]:
+    """A method whose every call is `retried`; store_of(self) names the store in messages.
+    How ResilientRDBStorage and ResilientMlflowClient wrap their libraries' classes."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> T:
+        return retried(lambda: method(self, *args, **kwargs), store_of(self))
+
+    return call
+
+
 def shown_url(url: str) -> str:
     """A URL as messages show it: any password masked."""
     import sqlalchemy

@@ -12,7 +12,7 @@ import inspect
 import os
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -26,6 +26,7 @@ from trainer.database import (
     DatabaseUnreachable,
     missing_driver,
     retried,
+    retrying,
     schema_lock,
     scheme,
     shown_url,
@@ -106,17 +107,9 @@ class ResilientMlflowClient(MlflowClient):
         self.store = _store(uri)
 
 
-def _retrying(method: Callable) -> Callable:
-    @functools.wraps(method)
-    def call(self: ResilientMlflowClient, *args: Any, **kwargs: Any) -> Any:
-        return retried(lambda: method(self, *args, **kwargs), self.store)
-
-    return call
-
-
 for _name, _method in list(vars(MlflowClient).items()):
     if not _name.startswith("_") and inspect.isfunction(_method):
-        setattr(ResilientMlflowClient, _name, _retrying(_method))
+        setattr(ResilientMlflowClient, _name, retrying(_method, lambda self: self.store))
 
 
 def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
