@@ -31,6 +31,7 @@ from sweeper.storage import open_storage
 from sweeper.text import fail_reason
 from trainer.__main__ import train_and_log
 from trainer.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.metrics import EVAL_REWARD, stderr_of
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
@@ -83,6 +84,8 @@ def run(cfg: DictConfig) -> float:
 
 def run_trial(cfg: DictConfig) -> float:
     binding = cfg.trial
+    if binding.db_retry_seconds is not None:
+        set_retry_window(binding.db_retry_seconds)
     study = load_study(binding.storage, binding.study)
     trial = optuna.Trial(study, binding.id)
     attrs = study.user_attrs
@@ -145,10 +148,12 @@ def run_trial(cfg: DictConfig) -> float:
         error = e
         raise
     finally:
-        replicate = outcome(started, reporter, result, error)
-        trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
-        interrupted = isinstance(error, KeyboardInterrupt)
-        close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
+        # A store that stayed away: nothing can be recorded; the sweep sees the run lost.
+        if not isinstance(error, DatabaseUnreachable):
+            replicate = outcome(started, reporter, result, error)
+            trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
+            interrupted = isinstance(error, KeyboardInterrupt)
+            close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
 
 
 def objective_value(reporter: TrialReporter) -> float:

@@ -30,6 +30,7 @@ class TrialBinding:
     storage: str | None = None  # Optuna storage URL
     study: str | None = None  # study name
     parent_run_id: str | None = None  # MLflow run the job's run nests under
+    db_retry_seconds: float | None = None  # hydra.sweeper.db_retry_seconds, resolved
 
 
 @dataclass

@@ -85,6 +85,7 @@ class TrialAttr:
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
     INTERRUPTED = "interrupted"
+    LOST_IN_A_ROW = "lost_in_a_row"  # times its point was lost to the infrastructure in a row
     REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 

@@ -16,6 +16,7 @@ from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper.errors import SweepError
 from sweeper.health import HealthRule, default_rules, rules_from_settings
 from sweeper.storage import resolve_url
+from trainer.database import DEFAULT_RETRY_S
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class SweepSettings:
     heartbeat_interval: int
     grace_period: int | None
     fail_stale_trials: bool
+    db_retry_seconds: float
+    max_lost_in_a_row: int
     health_rules: tuple[HealthRule, ...]
     kl_threshold: float
     pruner: str
@@ -73,6 +76,10 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         conf.pruner_warmup_steps,
         "must be >= 0",
     )
+    retry = conf.db_retry_seconds if conf.db_retry_seconds is not None else DEFAULT_RETRY_S
+    _require(retry >= 0, "db_retry_seconds", retry, "must be >= 0")
+    lost = conf.max_lost_in_a_row
+    _require(lost >= 1, "max_lost_in_a_row", lost, "must be >= 1")
     threshold = conf.kl_threshold if conf.kl_threshold is not None else config_kl_threshold
     _require(threshold > 0, "kl_threshold", threshold, "must be > 0")
     return SweepSettings(
@@ -91,6 +98,8 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         heartbeat_interval=beat,
         grace_period=grace,
         fail_stale_trials=conf.fail_stale_trials,
+        db_retry_seconds=retry,
+        max_lost_in_a_row=lost,
         health_rules=_health_rules(conf.health, threshold),
         kl_threshold=threshold,
         pruner=_value(conf.pruner),

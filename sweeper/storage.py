@@ -1,4 +1,5 @@
-"""Where a study lives: the storage URL, opening it safely, heartbeats and stale trials.
+"""Where a study lives: the storage URL, opening it safely (and retried), the plan's lock,
+heartbeats.
 
 Only RDB storages (SQLite, PostgreSQL, MySQL) are accepted: they are the ones Optuna gives
 heartbeats, and heartbeats are how a restarted sweep tells a trial whose process died
@@ -8,7 +9,6 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 import warnings
@@ -16,75 +16,105 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 
 import optuna
-import sqlalchemy
-import sqlalchemy.pool
-from optuna.exceptions import UpdateFinishedTrialError
-from optuna.storages import RDBStorage
-from optuna.trial import FrozenTrial
+from optuna.storages import BaseStorage, RDBStorage
 
 from sweeper import optuna_adapter as oa
 from sweeper.errors import SweepError
-from sweeper.records import TrialAttr, absolute_url, sqlite_path
+from sweeper.records import absolute_url, sqlite_path
 from sweeper.text import first_line
+from trainer.database import (
+    DatabaseUnreachable,
+    advisory_lock,
+    missing_driver,
+    retried,
+    retrying,
+    schema_lock,
+    scheme,
+    shown_url,
+)
 from trainer.locks import flocked
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
-SCHEMA_RACE_RETRIES = 5
-PLAN_LOCK = {"key": zlib.crc32(b"grpo-sweeper plan")}  # one advisory lock per database
+CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
+PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
 
 
 def resolve_url(url: str) -> str:
     """An absolute URL, so jobs started in another directory reach the same file."""
-    if "://" not in url or _scheme(url) not in RDB_SCHEMES:
+    if "://" not in url or scheme(url) not in RDB_SCHEMES:
         raise SweepError(
             f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "
             "or postgresql://user@host/db"
         )
+    missing = missing_driver(url)
+    if missing:
+        raise SweepError(f"hydra.sweeper.storage={shown_url(url)!r}: {missing}")
     return absolute_url(url)
 
 
-def _scheme(url: str) -> str:
-    """The database in a URL: postgresql for postgresql+psycopg2://..."""
-    return url.split(":", 1)[0].split("+", 1)[0]
+def store_name(url: str) -> str:
+    """How messages name the study's store."""
+    return f"hydra.sweeper.storage={shown_url(url)!r}"
+
+
+class ResilientRDBStorage(RDBStorage):
+    """Optuna's RDB storage, each call retried while the database is unreachable (a restart,
+    a failover): the trial in flight waits for the server instead of failing."""
+
+
+# Every call that reaches the database (BaseStorage's API, the heartbeats).
+for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
+    "record_heartbeat",
+    "_get_stale_trial_ids",
+]:
+    if callable(getattr(RDBStorage, _name)):
+        method = getattr(RDBStorage, _name)
+        setattr(ResilientRDBStorage, _name, retrying(method, lambda self: store_name(self.url)))
 
 
 def open_storage(
-    url: str, heartbeat_interval: int | None = None, grace_period: int | None = None
+    url: str,
+    heartbeat_interval: int | None = None,
+    grace_period: int | None = None,
+    patient: bool = True,
 ) -> RDBStorage:
     """Open (and, the first time, create) the storage; any failure is one line naming the URL.
 
-    Workers started together on a fresh database race to create Optuna's tables. On SQLite
-    one process at a time opens it (a lock on its folder); a server's losers see a
-    duplicate-key error and succeed once the winner is done.
+    patient=False: a database that cannot be reached now fails at once, as bad input does
+    (the sweep's first contact). Jobs are patient: the sweep reached it a moment ago.
+    Workers started together on a fresh database would race to create Optuna's tables: one
+    at a time creates or checks them (trainer.database.schema_lock).
     """
     path = sqlite_path(url)
-    kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if path else {}
-    for attempt in range(SCHEMA_RACE_RETRIES + 1):
-        try:
-            with _creation_lock(path), warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(
-                    url,
-                    engine_kwargs=kwargs,
-                    heartbeat_interval=heartbeat_interval,
-                    grace_period=grace_period,
-                )
-        except Exception as e:  # sqlalchemy, driver and OS errors alike: say which URL failed
-            racing = any(s in str(e) for s in ("duplicate key", "already exists", "UNIQUE"))
-            if racing and attempt < SCHEMA_RACE_RETRIES:
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            raise SweepError(
-                f"hydra.sweeper.storage={url!r}: cannot open it ({first_line(e)})"
-            ) from None
-    raise AssertionError("unreachable")
+    if path:
+        kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    else:
+        kwargs = {"pool_pre_ping": True}  # a pooled connection the server dropped is replaced
+        if scheme(url) == "postgresql":
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
 
+    window_s = None if patient else 0
 
-def _creation_lock(path) -> contextlib.AbstractContextManager:
-    if path is None or not path.absolute().parent.is_dir():
-        return contextlib.nullcontext()  # a server, or a folder that does not exist: fails below
-    return flocked(path.absolute().parent)
+    def create() -> RDBStorage:
+        with schema_lock(url, store_name(url), path, window_s), warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return ResilientRDBStorage(
+                url,
+                engine_kwargs=kwargs,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+            )
+
+    try:
+        return retried(create, store_name(url), window_s)
+    except DatabaseUnreachable as e:
+        if patient:
+            raise
+        reason = first_line(e.__cause__)
+    except Exception as e:  # sqlalchemy, driver and OS errors alike: say which URL failed
+        reason = first_line(e)
+    raise SweepError(f"{store_name(url)}: cannot open it ({reason})") from None
 
 
 @contextlib.contextmanager
@@ -104,39 +134,11 @@ def exclusive(url: str) -> Iterator[None]:
     if path is not None:
         with flocked(path):
             yield
-    elif _scheme(url) == "postgresql":
-        with _lock_engine(url).connect() as connection:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), PLAN_LOCK)
-            try:
-                yield
-            finally:
-                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), PLAN_LOCK)
+    elif scheme(url) == "postgresql":
+        with advisory_lock(url, PLAN_LOCK_KEY, store_name(url)):
+            yield
     else:
         yield
-
-
-@functools.cache
-def _lock_engine(url: str) -> sqlalchemy.Engine:
-    # No pool: the lock lives exactly as long as the connection that holds it.
-    return sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-
-
-def fail_stale_trials(study: optuna.Study, reason: str) -> list[FrozenTrial]:
-    """Fail RUNNING trials whose heartbeat stopped; return the ones this process failed.
-
-    Like `optuna.storages.fail_stale_trials`, but the reason is written first (a finished
-    trial's attrs are read-only), and exactly one racing worker wins each trial.
-    """
-    failed = []
-    for trial_id in oa.stale_trial_ids(study):
-        try:
-            oa.set_attr(study, trial_id, TrialAttr.FAIL_REASON, reason)
-            oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
-            oa.fail(study, trial_id)
-        except UpdateFinishedTrialError:  # another worker (or the trial itself) got there first
-            continue
-        failed.append(oa.fresh(study, trial_id))
-    return failed
 
 
 class Heartbeat:
@@ -161,8 +163,8 @@ class Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        if self._thread.is_alive():  # a beat waiting for a lost database is not waited for
+            self._thread.join(timeout=self.interval)
 
     def beat(self, trial_ids: Iterable[int]) -> None:
         """At once, e.g. when a trial starts: a trial with no heartbeat is never found stale."""

@@ -31,7 +31,7 @@ from optuna.trial import Trial, TrialState
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
-from sweeper import records, runs, slots
+from sweeper import records, recovery, runs, slots
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
@@ -41,16 +41,17 @@ from sweeper.records import Replicate, State, TrialAttr
 from sweeper.replicates import combine, seeds_of
 from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
-from sweeper.storage import Heartbeat, exclusive, fail_stale_trials, open_storage
+from sweeper.storage import Heartbeat, exclusive, open_storage
 from sweeper.study import StudySpec, open_study
 from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
+from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.tracking import check_tracking_uri
 from trainer.validation import ConfigError
 
 log = logging.getLogger(__name__)
 
-STALE_REASON = "interrupted: its sweeper stopped (killed or lost) while it ran; queued again"
+STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
 
 
 class FailureRateExceeded(SweepError):
@@ -108,12 +109,22 @@ class SweepRunner:
         self.best_written: int | None = None
 
     def sweep(self) -> list[JobReturn]:
+        try:
+            return self._sweep()
+        except DatabaseUnreachable as e:  # the trials in flight are queued again on resume
+            stop_child_processes()
+            raise SweepError(f"{e}; resume with the same command once it is back") from None
+
+    def _sweep(self) -> list[JobReturn]:
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
+        set_retry_window(self.s.db_retry_seconds)
         try:
             check_tracking_uri()
         except ConfigError as e:
             raise SweepError(str(e)) from None
-        storage = open_storage(self.s.storage, self.s.heartbeat_interval, self.s.grace_period)
+        storage = open_storage(
+            self.s.storage, self.s.heartbeat_interval, self.s.grace_period, patient=False
+        )
         spec = StudySpec(self.name, self.space, self.sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
@@ -189,7 +200,7 @@ class SweepRunner:
         if not self.s.fail_stale_trials or not oa.stale_trial_ids(study):
             return
         with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
-            for trial in fail_stale_trials(study, STALE_REASON):
+            for trial in recovery.fail_stale_trials(study, STALE_REASON, self.s.max_lost_in_a_row):
                 self._give_back(study, trial)
 
     def _wait_for_others(self, study: optuna.Study) -> bool:
@@ -255,6 +266,7 @@ class SweepRunner:
             "trial.storage": self.s.storage,
             "trial.study": self.name,
             "trial.parent_run_id": flight.config_run_id or self.parent_run_id,
+            "trial.db_retry_seconds": self.s.db_retry_seconds,
         }
         quoted = [f"{k}={_quote(v)}" for k, v in binding.items()]
         several = len(flight.seeds) > 1
@@ -280,6 +292,13 @@ class SweepRunner:
         """The configuration's outcome, from what its seeds recorded, into the study."""
         trial = flight.trial
         recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
+        errors = {seed: oa.job_error(ret) for seed, ret in flight.ended.items()}
+        lost = recovery.lost_reason(errors, recorded)
+        if lost:  # the infrastructure, not the configuration: run it again
+            with exclusive(self.s.storage):
+                if recovery.lose(study, oa.trial_id(trial), lost, self.s.max_lost_in_a_row):
+                    self._give_back(study, oa.fresh(study, oa.trial_id(trial)))
+            return
         for seed, ret in flight.ended.items():
             mine = recorded.get(seed)
             if mine is None or mine.state == State.RUNNING:  # its process died before recording
@@ -304,7 +323,8 @@ class SweepRunner:
             runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
 
     def _give_back(self, study: optuna.Study, trial, killed: bool = False) -> None:
-        """An interrupted trial: close its runs and queue its point again (to resume)."""
+        """An interrupted trial: close its runs and queue its point again (to resume); one
+        lost too often in a row (recovery.lose failed it): close its runs only."""
         reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
         resume_dirs = {}
         for rep in records.replicates(trial):
@@ -314,6 +334,9 @@ class SweepRunner:
         runs.close_trial_run(
             trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID), State.FAIL, reason, killed
         )
+        if not records.is_interrupted(trial):
+            say(f"[sweep {self.name}] t{trial.number} failed: {reason}")
+            return
         slots.give_back(study, trial, resume_dirs)
         say(f"[sweep {self.name}] t{trial.number} was interrupted; its point is queued again")
 
@@ -325,12 +348,8 @@ class SweepRunner:
         with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
             for flight in list(self.in_flight.values()):
                 trial_id = oa.trial_id(flight.trial)
-                if oa.fresh(study, trial_id).state != TrialState.RUNNING:
-                    continue
-                oa.set_attr(study, trial_id, TrialAttr.FAIL_REASON, reason)
-                oa.set_attr(study, trial_id, TrialAttr.INTERRUPTED, True)
-                oa.fail(study, trial_id)
-                self._give_back(study, oa.fresh(study, trial_id), killed=True)
+                if recovery.interrupt(study, trial_id, reason):
+                    self._give_back(study, oa.fresh(study, trial_id), killed=True)
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )

@@ -1,14 +1,17 @@
-"""A throwaway PostgreSQL server for the shared-study tests, started by the tests themselves.
+"""Throwaway PostgreSQL servers for the shared-study tests, started by the tests themselves.
 
 Uses Debian's `postgresql` package when installed (.ci/run installs it); otherwise the tests
-that need it are skipped. GRPO_SWEEPER_TEST_POSTGRES=<url> points them at a server you run.
+that need it are skipped. GRPO_SWEEPER_TEST_POSTGRES=<url> points `postgres` at a server you
+run. `own_postgres` is a server of the test's own, which the test may stop and restart.
 """
 
+import contextlib
 import glob
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 from conftest import free_port
@@ -18,28 +21,28 @@ class PostgresServer:
     """Hands out one database per name: Optuna and MLflow each keep an `alembic_version`
     table, so they cannot share a database (they can share a server)."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, control: list[str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.control = control  # pg_ctl and its arguments, for a server of our own
 
     def database(self, name: str) -> str:
-        import psycopg2
+        import psycopg
 
-        dsn = self.base_url.replace("postgresql+psycopg2://", "postgresql://") + "/postgres"
-        connection = psycopg2.connect(dsn)
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{name}"')
-        connection.close()
+        with psycopg.connect(self.base_url + "/postgres", autocommit=True) as connection:
+            found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if found.fetchone() is None:
+                connection.execute(f'CREATE DATABASE "{name}"')
         return f"{self.base_url}/{name}"
 
+    def pg_ctl(self, *action: str) -> None:
+        """e.g. pg_ctl("restart", "-m", "fast"): what a maintenance restart or a failover does
+        to the clients (every connection dropped, the server away for a moment)."""
+        assert self.control is not None, "not a server these tests started"
+        subprocess.run([*self.control, *action], check=True, capture_output=True, timeout=60)
 
-@pytest.fixture(scope="session")
-def postgres():
-    if os.environ.get("GRPO_SWEEPER_TEST_POSTGRES"):  # a server URL without a database
-        yield PostgresServer(os.environ["GRPO_SWEEPER_TEST_POSTGRES"])
-        return
+
+@contextlib.contextmanager
+def started_server() -> Iterator[PostgresServer]:
     bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
     if not bindirs:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
@@ -58,27 +61,27 @@ def postgres():
         check=True,
         capture_output=True,
     )
-    subprocess.run(
-        [
-            *as_user,
-            f"{bindir}/pg_ctl",
-            "-D",
-            data,
-            "-o",
-            options,
-            "-l",
-            f"{data}/log",
-            "-w",
-            "start",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    control = [*as_user, f"{bindir}/pg_ctl", "-D", data, "-o", options, "-l", f"{data}/log", "-w"]
+    server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", control)
+    server.pg_ctl("start")
     try:
-        yield PostgresServer(f"postgresql+psycopg2://postgres@127.0.0.1:{port}")
+        yield server
     finally:
-        subprocess.run(
-            [*as_user, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-            capture_output=True,
-        )
+        subprocess.run([*control, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    if os.environ.get("GRPO_SWEEPER_TEST_POSTGRES"):  # a server URL without a database
+        yield PostgresServer(os.environ["GRPO_SWEEPER_TEST_POSTGRES"])
+        return
+    with started_server() as server:
+        yield server
+
+
+@pytest.fixture
+def own_postgres():
+    """A server for this test alone: it may stop or restart it."""
+    with started_server() as server:
+        yield server

@@ -8,6 +8,7 @@ The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:/
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import time
 import urllib.request
@@ -21,7 +22,15 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.locks import flocked
+from trainer.database import (
+    DatabaseUnreachable,
+    missing_driver,
+    retried,
+    retrying,
+    schema_lock,
+    scheme,
+    shown_url,
+)
 from trainer.validation import ConfigError, first_line
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
@@ -47,43 +56,99 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
 def check_tracking_uri(uri: str | None = None) -> str:
     """Fail in one line, before any run starts, when the tracking store cannot be used.
 
-    A server is probed with a 5 s timeout instead of MLflow's own retries (minutes).
+    A server is probed with a 5 s timeout, a database with one connection, instead of
+    MLflow's own retries (minutes): a store that does not answer now is a setting to fix.
     """
     uri = uri or mlflow.get_tracking_uri()
     scheme = urlparse(uri).scheme
     if scheme == "sqlite":  # a local file: check where it goes, without creating it yet
-        folder = Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent
+        folder = _sqlite_file(uri).absolute().parent
         if not (folder.is_dir() and os.access(folder, os.W_OK)):
             raise ConfigError(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
         return uri
+    missing = missing_driver(uri) if _is_database(uri) else None
+    if missing:
+        raise ConfigError(f"{_store(uri)}: {missing}")
     try:
         if scheme in ("http", "https"):
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+        elif _is_database(uri):
+            _database_client(uri, window_s=0)
         else:
             MlflowClient(uri).search_experiments(max_results=1)
     except Exception as e:  # any failure here means no run could be logged
-        reason = first_line(getattr(e, "reason", None) or e)[:200]
-        raise ConfigError(
-            f"MLFLOW_TRACKING_URI={uri!r}: cannot use this tracking store ({reason})"
-        ) from None
+        cause = e.__cause__ if isinstance(e, DatabaseUnreachable) else e
+        reason = first_line(getattr(cause, "reason", None) or cause)[:200]
+        raise ConfigError(f"{_store(uri)}: cannot use this tracking store ({reason})") from None
     return uri
 
 
 @functools.cache
 def tracking_client(uri: str | None = None) -> MlflowClient:
-    """A client whose store exists: a fresh SQLite store is created by one process at a time.
+    """A client whose store exists, and which outlasts a database restart.
 
-    MLflow creates and migrates a new SQLite store on first use; two processes doing it at
-    once fail ("duplicate column", "Online migration expected to match one row"). Workers of a
-    sweep start together, so creation happens under a lock on the database's folder.
+    A database store (SQLite, PostgreSQL, MySQL) is created and migrated by MLflow on first
+    use; processes doing it at once fail ("duplicate column", a duplicate key in pg_type),
+    and workers of a sweep start together, so creation happens under the schema lock. Every
+    call is retried while the database is unreachable (trainer/database.py). An HTTP tracking
+    server is left to MLflow's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
     """
     uri = uri or mlflow.get_tracking_uri()
-    if urlparse(uri).scheme != "sqlite":
+    if not _is_database(uri):
         return MlflowClient(uri)
-    with flocked(Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent):
-        client = MlflowClient(uri)  # the store is created here
-        client.search_experiments(max_results=1)
-    return client
+    return _database_client(uri, window_s=None)
+
+
+class ResilientMlflowClient(MlflowClient):
+    """An MlflowClient whose calls wait out an unreachable database (see tracking_client)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.store = _store(uri)
+
+
+for _name, _method in list(vars(MlflowClient).items()):
+    if not _name.startswith("_") and inspect.isfunction(_method):
+        setattr(ResilientMlflowClient, _name, retrying(_method, lambda self: self.store))
+
+
+def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
+    """Open (the first time: create) a database store; window_s=0 fails at once."""
+    sqlite_file = _sqlite_file(uri) if urlparse(uri).scheme == "sqlite" else None
+
+    def create() -> ResilientMlflowClient:
+        if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
+            _probe(uri)
+        with schema_lock(uri, _store(uri), sqlite_file, window_s):
+            client = ResilientMlflowClient(uri)
+            MlflowClient.search_experiments(client, max_results=1)  # the store is created here
+        return client
+
+    return retried(create, _store(uri), window_s)
+
+
+def _probe(uri: str) -> None:
+    import sqlalchemy
+    import sqlalchemy.pool
+
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        engine.connect().close()
+    finally:
+        engine.dispose()
+
+
+def _is_database(uri: str) -> bool:
+    return scheme(uri) in ("sqlite", "postgresql", "mysql")
+
+
+def _sqlite_file(uri: str) -> Path:
+    return Path(uri.removeprefix("sqlite:///")).expanduser()
+
+
+def _store(uri: str) -> str:
+    """How messages name the tracking store."""
+    return f"MLFLOW_TRACKING_URI={shown_url(uri)!r}"
 
 
 # MLflow 3 opens an experiment of unknown kind on its GenAI overview, which is empty for

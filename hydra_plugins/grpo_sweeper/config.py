@@ -74,6 +74,19 @@ class GRPOSweeperConf:
     grace_period: int | None = None  # a trial is stale after this long silent (2 x interval)
     fail_stale_trials: bool = True  # fail stale trials on start and rerun their points
 
+    # --- when the infrastructure fails (a database restart, a dead worker) ---
+    # Seconds every store (Optuna's storage, MLflow's tracking database) is retried, with
+    # backoff, once it stops answering; then the worker stops with one line saying the
+    # database is unreachable, and the same command resumes. null: 120 s
+    # (trainer/database.py: DEFAULT_RETRY_S). A store that fails at the sweep's start is bad
+    # input: it fails at once.
+    db_retry_seconds: float | None = None
+    # A trial lost to the infrastructure (its database stayed away, its process or worker
+    # died) is recorded interrupted, not failed, and its point is queued again to resume from
+    # its last checkpoint; the same point lost this many times in a row fails with the reason
+    # (a run that kills its own worker, e.g. out of memory, cannot loop forever).
+    max_lost_in_a_row: int = 3
+
     # --- pruning ---
     # Health rules checked after every training step; the first that fires prunes the trial
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of

@@ -1,0 +1,204 @@
+"""A database that blinks is not a failed trial. With the study and MLflow's runs in a real
+PostgreSQL server (each in its own database): workers started at the same instant on fresh
+databases all come up; a server restarted under a running sweep costs at most the steps since
+the last checkpoint; a server that stays down stops each worker with one line, charges no
+configuration a failure, and the same command resumes once it is back. And a run that kills
+its own worker is lost, not failed, until it has been lost max_lost_in_a_row times."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
+
+from sweeper import records
+from sweeper.records import Role, State, Tag, TrialAttr
+from trainer.database import SCHEMA_BARRIER_ENV
+
+pytestmark = pytest.mark.slow
+
+TINY = ["batch_size=4", "eval_every=0", "task.eval_size=16", "hydra.sweeper.health=[]"]
+RESUMABLE = [*TINY, "max_steps=9", "save_every=3", "hydra.sweeper.heartbeat_interval=2"]
+GRID = ["group_size=2,4", "lr=1e-3,2e-3"]
+
+
+def start(cwd: Path, storage: str, tracking: str, *args: str, env: dict | None = None):
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={storage}", *args],
+        cwd=cwd,
+        env={**os.environ, "MLFLOW_TRACKING_URI": tracking, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(worker: subprocess.Popen, timeout: float = 600) -> str:
+    return worker.communicate(timeout=timeout)[1]
+
+
+def wait_for_checkpoint(root: Path, step: int, seen: int = 0, timeout: float = 300) -> None:
+    """Until more than `seen` trials under root saved the checkpoint of `step`."""
+    pattern = f"*/multirun/*/*/t*/checkpoints/step_{step:06d}/state.pt"
+    deadline = time.monotonic() + timeout
+    while len(list(root.glob(pattern))) <= seen:
+        assert time.monotonic() < deadline, f"no new checkpoint of step {step} under {root}"
+        time.sleep(0.2)
+
+
+def trial_runs(tracking: str) -> list:
+    client = MlflowClient(tracking)
+    runs = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
+    return [r for r in runs if r.data.tags.get(Tag.ROLE) == Role.TRIAL]
+
+
+def assert_every_point_complete_once(storage: str, tracking: str, points: int) -> list:
+    """Every grid point COMPLETE exactly once, nothing charged a failure, nothing left RUNNING
+    in either store, one FINISHED training run per point. Returns the trials."""
+    (name,) = optuna.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(Counter(tuple(sorted(t.params.items())) for t in complete)) == points
+    assert len(complete) == points
+    states = Counter(t.state.name for t in trials if not records.is_interrupted(t))
+    assert states == {"COMPLETE": points}, [(t.number, t.state, t.user_attrs) for t in trials]
+    runs = trial_runs(tracking)
+    assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
+    finished_runs = Counter(
+        r.data.tags[Tag.TRIAL_NUMBER] for r in runs if r.info.status == "FINISHED"
+    )
+    assert len(finished_runs) == points and set(finished_runs.values()) == {1}
+    return trials
+
+
+def assert_interrupted_points_resumed(trials: list) -> int:
+    """Every re-queued point continued from a checkpoint; returns how many were re-queued."""
+    retries = [
+        t for t in trials if t.state.name == "COMPLETE" and TrialAttr.RETRY_OF in t.user_attrs
+    ]
+    for retry in retries:
+        (seed,) = records.replicates(retry)
+        assert seed.resumed_from_step is not None and seed.resumed_from_step >= 3, seed
+        assert seed.state == State.COMPLETE and seed.steps_run == 9
+    return len(retries)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("attempt", range(3))
+def test_workers_started_at_once_on_fresh_postgres_databases_all_come_up(
+    postgres,  # noqa: F811
+    tmp_path,
+    attempt,
+):
+    """Each worker waits at a barrier right before it creates a store's schema, so all three
+    create Optuna's and MLflow's tables at the same moment: without the schema lock the
+    losers die on a duplicate key in pg_type."""
+    storage = postgres.database(f"optuna_start_{attempt}")
+    tracking = postgres.database(f"mlflow_start_{attempt}")
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {SCHEMA_BARRIER_ENV: f"{barrier}:3"}
+    args = ["lr=1e-3,2e-3,3e-3", "max_steps=1", *TINY]
+    workers = [start(tmp_path / f"w{i}", storage, tracking, *args, env=env) for i in range(3)]
+    for worker in workers:
+        stderr = finished(worker)
+        assert worker.returncode == 0, stderr[-3000:]
+    assert len(list(barrier.iterdir())) == 6  # 3 workers x 2 stores met at the barrier
+    assert_every_point_complete_once(storage, tracking, points=3)
+
+
+@pytest.mark.postgres
+def test_a_server_restarted_twice_under_two_workers_loses_no_configuration(
+    own_postgres,  # noqa: F811
+    tmp_path,
+):
+    storage, tracking = own_postgres.database("optuna"), own_postgres.database("mlflow")
+    args = [*GRID, *RESUMABLE]
+    workers = [start(tmp_path / f"w{i}", storage, tracking, *args) for i in range(2)]
+    wait_for_checkpoint(tmp_path, step=3)
+    own_postgres.pg_ctl("restart", "-m", "fast")  # every connection dropped mid-training
+    wait_for_checkpoint(tmp_path, step=6)
+    own_postgres.pg_ctl("restart", "-m", "fast")
+    outputs = [finished(w) for w in workers]
+    again = start(tmp_path / "w0", storage, tracking, *args)  # the same command once more
+    outputs.append(finished(again))
+    assert again.returncode == 0, outputs[-1][-3000:]
+    trials = assert_every_point_complete_once(storage, tracking, points=4)
+    assert_interrupted_points_resumed(trials)
+
+
+@pytest.mark.postgres
+def test_a_server_that_stays_down_stops_the_worker_and_the_same_command_resumes(
+    own_postgres,  # noqa: F811
+    tmp_path,
+):
+    storage, tracking = own_postgres.database("optuna"), own_postgres.database("mlflow")
+    args = ["group_size=2,4", *RESUMABLE, "hydra.sweeper.db_retry_seconds=3"]
+    worker = start(tmp_path / "w0", storage, tracking, *args)
+    wait_for_checkpoint(tmp_path, step=3)
+    own_postgres.pg_ctl("stop", "-m", "fast")
+    stopped = time.monotonic()
+    stderr = finished(worker, timeout=120)
+    assert time.monotonic() - stopped < 60  # the retry window (twice at most), not minutes
+    assert worker.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "the database is unreachable (retried for 3 s" in last
+    assert "127.0.0.1" in last and last.endswith("resume with the same command once it is back")
+
+    own_postgres.pg_ctl("start")
+    time.sleep(5)  # past the heartbeat's grace period: the trial in flight is found stale
+    again = start(tmp_path / "w0", storage, tracking, *args)
+    stderr = finished(again)
+    assert again.returncode == 0, stderr[-3000:]
+    trials = assert_every_point_complete_once(storage, tracking, points=2)
+    assert assert_interrupted_points_resumed(trials) >= 1
+
+
+KILLS_ITS_WORKER = '''
+import os
+import signal
+
+from trainer.tasks import AdditionTask
+
+
+class KillsItsWorker(AdditionTask):
+    """Dies as a run killed for memory does: SIGKILL, nothing recorded."""
+
+    def train_problems(self, n, rng):
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_path):
+    """Lost, not failed: the point is queued again, and after max_lost_in_a_row losses in a
+    row it fails with the reason instead of looping forever."""
+    (tmp_path / "killer.py").write_text(KILLS_ITS_WORKER)
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=joblib", "group_size=2",
+         "task._target_=killer.KillsItsWorker", "max_steps=2", *TINY,
+         "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1"],
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+             "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (name,) = optuna.get_all_study_names(f"sqlite:///{tmp_path}/sweeps.db")
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/sweeps.db").trials
+    first, second = sorted(trials, key=lambda t: t.number)
+    assert records.is_interrupted(first) and first.user_attrs[TrialAttr.LOST_IN_A_ROW] == 1
+    assert first.user_attrs[TrialAttr.FAIL_REASON].startswith("lost: its job died")
+    assert second.user_attrs[TrialAttr.RETRY_OF] == first.number
+    assert second.state.name == "FAIL" and not records.is_interrupted(second)
+    assert second.user_attrs[TrialAttr.FAIL_REASON].startswith("lost 2 times in a row")
+    runs = trial_runs(f"sqlite:///{tmp_path}/mlflow.db")
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
