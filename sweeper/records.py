@@ -33,6 +33,7 @@ class Tag:
     BEST_PARAMS = "sweeper.best_params"
     VERDICT = "sweeper.verdict"
     RESUMED_FROM_STEP = "sweeper.resumed_from_step"  # a retried run continued from a checkpoint
+    RACE = "sweeper.race"  # seeds=auto: why the configuration got the seeds it got
 
 
 class Role:
@@ -64,7 +65,8 @@ class StudyAttr:
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
     SAMPLER = "sampler"
-    SEEDS = "seeds"  # replicates per configuration
+    SEEDS = "seeds"  # replicates per configuration (the first ones, with seeds=auto)
+    MAX_SEEDS = "max_seeds"  # seeds=auto: the most seeds a configuration gets (absent otherwise)
     SEARCH_SPACE = "search_space"  # {param: spec as typed}
     LOG_PARAMS = "log_params"
     FIXED_OVERRIDES = "fixed_overrides"
@@ -85,6 +87,7 @@ class TrialAttr:
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
     INTERRUPTED = "interrupted"
+    RACE = "race"  # seeds=auto: why it got the seeds it got (sweeper/racing.py), one line
     REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 
