@@ -35,6 +35,7 @@ from sweeper import racing, records, runs, slots
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
+from sweeper.health import BREACH_CONSTRAINT
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
 from sweeper.records import Replicate, State, Tag, TrialAttr
@@ -336,6 +337,7 @@ class SweepRunner:
         elif out.state == State.PRUNED:
             if out.breach is not None:
                 trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
+                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # the sampler learns it is unsafe
             study.tell(trial, state=TrialState.PRUNED)
         else:
             log.warning("t%d failed: %s", trial.number, out.reason)
