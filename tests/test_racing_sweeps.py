@@ -35,6 +35,13 @@ def _training_runs(cwd):
     )
 
 
+def _start(cwd, args, **pipes) -> subprocess.Popen:
+    """`python -m sweeper -m <args>` started in cwd (its own MLflow store), not awaited."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
+    command = [sys.executable, "-m", "sweeper", "-m", *args]
+    return subprocess.Popen(command, cwd=cwd, env=env, **{"stdout": subprocess.PIPE, **pipes})
+
+
 def test_eliminated_configurations_get_no_more_seeds_and_the_verdict_says_why(tmp_path):
     done = run_sweep(tmp_path, "lr=1e-3,2e-3,3e-3", *BY_LR)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -73,14 +80,7 @@ def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
 
 def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
     args = ["lr=1e-3,2e-3,3e-3", *BY_LR]
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "sweeper", "-m", *args],
-        cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
+    sweep = _start(tmp_path, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in sweep.stderr:  # t0 has run its 2 seeds and holds; t1 is under way
         if "t1 lr=0.002 started" in line:
             sweep.send_signal(signal.SIGTERM)
@@ -103,14 +103,7 @@ def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
 
 def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(tmp_path):
     args = ["lr=1e-3,2e-3,3e-3,4e-3", *BY_LR]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
-    command = [sys.executable, "-m", "sweeper", "-m", *args]
-    workers = [
-        subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        for _ in range(2)
-    ]
+    workers = [_start(tmp_path, args, stderr=subprocess.STDOUT) for _ in range(2)]
     outputs = [w.communicate(timeout=600)[0].decode() for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     trials = study_in(tmp_path).trials
