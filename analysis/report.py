@@ -16,7 +16,7 @@ from typing import Any
 from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
-from analysis.verdict import INTERVAL_HEADER, Verdict, configs_from_trials, interval_cells, verdict
+from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
 from sweeper.records import StudyAttr
 from sweeper.text import text_table
 
@@ -83,7 +83,7 @@ def summary_lines(data: StudyData) -> list[str]:
 def study_verdict(data: StudyData) -> Verdict:
     """The verdict from the study's completed configurations and their seeds."""
     trials = data.study.get_trials(deepcopy=False) if data.study is not None else []
-    return verdict(configs_from_trials(trials), data.maximize)
+    return sweep_verdict(trials, data.attrs, data.maximize)
 
 
 def health_rules(data: StudyData) -> str:

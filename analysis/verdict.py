@@ -8,7 +8,7 @@ study's MLflow run, so all of them say the same thing in the same words.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from analysis import stats
 from analysis.stats import Interval
-from sweeper import records
+from sweeper import racing, records
+from sweeper.records import StudyAttr, TrialAttr
 from sweeper.space import show
 from trainer.rl_math import mean_and_stderr
 
@@ -34,6 +35,8 @@ class Config:
     label: str  # "t2"
     params: dict[str, Any]
     seeds: tuple[Seed, ...]
+    baseline: float | None = None  # mean eval reward at step 0 over its seeds
+    race: str = ""  # seeds=auto: why it got the seeds it got (sweeper/racing.py)
 
     @property
     def values(self) -> list[float]:
@@ -79,8 +82,17 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
         seeds = tuple(Seed(r.seed, r.value, r.stderr, r.per_problem) for r in records.replicates(t))
         if not seeds:  # recorded before seeds were: the trial's value alone
             seeds = (Seed(0, t.value, None),)
-        out.append(Config(f"t{t.number}", dict(t.params), seeds))
+        baseline = t.user_attrs.get(TrialAttr.BASELINE)
+        race = t.user_attrs.get(TrialAttr.RACE, "")
+        out.append(Config(f"t{t.number}", dict(t.params), seeds, baseline, race))
     return out
+
+
+def sweep_verdict(
+    trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any], maximize: bool
+) -> Verdict:
+    """The verdict of a study as recorded: raced seeds compare at the race's level."""
+    return verdict(configs_from_trials(trials), maximize, study_attrs.get(StudyAttr.MAX_SEEDS))
 
 
 def summarize(config: Config) -> Summary:
@@ -93,23 +105,28 @@ def summarize(config: Config) -> Summary:
     return Summary(config, stats.normal_interval(values[0], stderr))
 
 
-def difference(a: Config, b: Config) -> Interval:
+def difference(a: Config, b: Config, level: float = stats.LEVEL) -> Interval:
     """a minus b with the sharpest valid interval (see analysis/stats.py)."""
     if len(a.values) >= 2 and len(b.values) >= 2:
-        return stats.welch_difference(a.values, b.values)
+        return stats.welch_difference(a.values, b.values, level)
     pa, pb = _per_problem(a), _per_problem(b)
     if pa is not None and pb is not None and len(pa) == len(pb) and len(pa) >= 2:
-        return stats.paired_difference(pa, pb)
-    return stats.unpaired_difference(_mean(a), _stderr(a), _mean(b), _stderr(b))
+        return stats.paired_difference(pa, pb, level)
+    return stats.unpaired_difference(_mean(a), _stderr(a), _mean(b), _stderr(b), level)
 
 
-def verdict(configs: Sequence[Config], maximize: bool = True) -> Verdict:
+def verdict(
+    configs: Sequence[Config], maximize: bool = True, max_seeds: int | None = None
+) -> Verdict:
+    """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the
+    race's corrected level, so the verdict decides only what the race decided."""
     summaries = [summarize(c) for c in configs if c.values]
     ranked = sorted(summaries, key=lambda s: -s.mean if maximize else s.mean)
     if not ranked:
         return Verdict([], None, lines=["No completed configuration yet: no verdict."])
     best = ranked[0]
-    lines = [f"Best: {_describe(best)}."]
+    lines = learned_nothing(ranked, maximize)
+    lines.append(f"Best: {_describe(best)}.")
     if len(best.config.values) == 1:
         lines.append(
             "With one seed the interval covers the eval's noise only, not run-to-run noise "
@@ -119,12 +136,13 @@ def verdict(configs: Sequence[Config], maximize: bool = True) -> Verdict:
         lines.append("Only one configuration completed: nothing to compare it with.")
         return Verdict(ranked, None, lines=lines)
     sign = 1 if maximize else -1
+    level = racing_level(max_seeds)
     runner = ranked[1]
-    diff = _signed(difference(best.config, runner.config), sign)
+    diff = _signed(difference(best.config, runner.config, level), sign)
     # A difference with no interval (no stderr logged) is unknown, not a tie.
-    gaps = {s.label: _signed(difference(best.config, s.config), sign) for s in ranked[1:]}
+    gaps = {s.label: _signed(difference(best.config, s.config, level), sign) for s in ranked[1:]}
     tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
-    shown = _interval_text(diff)
+    shown = _interval_text(diff, level)
     if diff.excludes_zero:
         lines.append(
             f"{best.label} beats the runner-up {runner.label} by {diff.estimate:.3g} ({shown})."
@@ -132,14 +150,73 @@ def verdict(configs: Sequence[Config], maximize: bool = True) -> Verdict:
     elif diff.known:
         lines.append(
             f"{best.label} and {runner.label} are tied at this sample size (difference "
-            f"{diff.estimate:.3g}, {shown}): run more seeds (hydra.sweeper.seeds) or a larger "
-            "eval (task.eval_size)."
+            f"{diff.estimate:.3g}, {shown}): {_more_needed(best.config, runner.config, max_seeds)}."
         )
     else:
         lines.append(f"{best.label} vs {runner.label}: no interval ({diff.method}).")
     if len(tied) > 1:
         lines.append(f"Tied with {best.label} at this sample size: {', '.join(tied)}.")
+    if max_seeds is not None:
+        lines.append(race_line([s.config for s in ranked], max_seeds))
     return Verdict(ranked, diff, tied, lines)
+
+
+def racing_level(max_seeds: int | None) -> float:
+    """The level differences are judged at: the race's corrected one when seeds raced."""
+    return stats.LEVEL if max_seeds is None else racing.look_level(max_seeds)
+
+
+def _more_needed(a: Config, b: Config, max_seeds: int | None) -> str:
+    """What it would take to separate two tied configurations."""
+    if max_seeds is None or min(len(a.values), len(b.values)) < 2:
+        return "run more seeds (hydra.sweeper.seeds) or a larger eval (task.eval_size)"
+    need = racing.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
+    if not math.isfinite(need):
+        return "their means are equal: no number of seeds separates them"
+    return (
+        f"separating them would take ~{need} seeds each (hydra.sweeper.max_seeds={need}), "
+        "or a larger eval (task.eval_size)"
+    )
+
+
+def race_line(configs: Sequence[Config], max_seeds: int) -> str:
+    """How many runs each configuration got and why, best first."""
+    runs = sum(len(c.seeds) for c in configs)
+    each = "; ".join(f"{c.label} {len(c.seeds)} ({c.race or 'no race record'})" for c in configs)
+    fixed = len(configs) * max_seeds
+    return (
+        f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "
+        f"{racing.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
+        f"configuration would take {fixed}. {each}."
+    )
+
+
+def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
+    """First of all: no configuration moved off its baseline by more than its noise."""
+    with_baseline = [s for s in ranked if _finite(s.config.baseline) and s.interval.known]
+    if not with_baseline or len(with_baseline) < len(ranked):
+        return []
+    moved = [s for s in with_baseline if not s.interval.low <= s.config.baseline <= s.interval.high]
+    if moved:
+        return []
+    sign = 1 if maximize else -1
+    top = max(with_baseline, key=lambda s: sign * (s.mean - s.config.baseline))
+    gain = top.mean - top.config.baseline
+    return [
+        f"No configuration moved off its baseline by more than the noise: the largest change is "
+        f"{gain:+.3g} ({top.label}, from {top.config.baseline:.4g}), inside its "
+        f"{_interval_text(top.interval)}. {_likely_cause(ranked)}"
+    ]
+
+
+def _likely_cause(ranked: Sequence[Summary]) -> str:
+    lrs = [s.config.params["lr"] for s in ranked if isinstance(s.config.params.get("lr"), float)]
+    where = f" (the largest tried here is {max(lrs):g})" if lrs else ""
+    return (
+        f"Likely cause: the updates are too small to change this model: lr{where} may be far "
+        "below what it needs (lr=auto gives the recommendation for its size), or max_steps too "
+        "few. Seeds will not help until something moves."
+    )
 
 
 def interval_cells(summary: Summary | None) -> list[str]:
@@ -159,10 +236,10 @@ def _describe(s: Summary) -> str:
     return f"{s.label} ({params}) {s.mean:.4g}, {_interval_text(s.interval)}"
 
 
-def _interval_text(i: Interval) -> str:
+def _interval_text(i: Interval, level: float = stats.LEVEL) -> str:
     if not i.known:
         return f"no interval: {i.method}"
-    return f"95% CI {i.low:.3g} to {i.high:.3g}, {i.method}"
+    return f"{level * 100:.4g}% CI {i.low:.3g} to {i.high:.3g}, {i.method}"
 
 
 def _signed(i: Interval, sign: int) -> Interval:

@@ -11,9 +11,8 @@ from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
     Verdict,
-    configs_from_trials,
     interval_cells,
-    verdict,
+    sweep_verdict,
 )
 from sweeper.records import best_trial, trial_note
 from sweeper.slots import Counts
@@ -48,7 +47,7 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
 
 
 def study_verdict(study: optuna.Study, maximize: bool) -> Verdict:
-    return verdict(configs_from_trials(study.get_trials(deepcopy=False)), maximize)
+    return sweep_verdict(study.get_trials(deepcopy=False), study.user_attrs, maximize)
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None) -> list[str]:

@@ -77,6 +77,11 @@ class Breach:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+# The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE and GP
+# rank an infeasible trial after every feasible one, so they learn where runs break, rather
+# than read a pruned trial's early eval as a fair score.
+BREACH_CONSTRAINT = "health_breach"
+
 # The post-update KL of runs that end within noise of the best reached 0.01-0.2 in their first
 # steps (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps in a row by
 # step 10 (bench/HEALTH.md): its default bound is this many times kl_threshold.

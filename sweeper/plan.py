@@ -40,7 +40,7 @@ def plan_sweep(
     """The sweep the command asks for; SweepError on the first thing that cannot work."""
     s = resolve_settings(conf, master_config.kl_threshold)
     space = parse_space(s.params, arguments)
-    if s.seeds > 1 and "seed" in space.params:
+    if (s.seeds > 1 or s.race) and "seed" in space.params:
         raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
     sampler = choose_sampler(s.sampler, space, s.n_trials, s.seed)
     name = s.study_name or default_study_name(space, sampler, s)
@@ -64,7 +64,9 @@ def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings
         "objective": s.objective,
         "direction": s.direction,
     }
-    if s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
+    if s.race:
+        key["seeds"] = f"auto<={s.max_seeds}"
+    elif s.seeds > 1:  # replicates make another plan; one seed keeps the names studies had
         key["seeds"] = s.seeds
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()
     return f"grpo-{digest[:8]}"

@@ -33,6 +33,7 @@ class Tag:
     BEST_PARAMS = "sweeper.best_params"
     VERDICT = "sweeper.verdict"
     RESUMED_FROM_STEP = "sweeper.resumed_from_step"  # a retried run continued from a checkpoint
+    RACE = "sweeper.race"  # seeds=auto: why the configuration got the seeds it got
 
 
 class Role:
@@ -64,7 +65,8 @@ class StudyAttr:
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
     SAMPLER = "sampler"
-    SEEDS = "seeds"  # replicates per configuration
+    SEEDS = "seeds"  # replicates per configuration (the first ones, with seeds=auto)
+    MAX_SEEDS = "max_seeds"  # seeds=auto: the most seeds a configuration gets (absent otherwise)
     SEARCH_SPACE = "search_space"  # {param: spec as typed}
     LOG_PARAMS = "log_params"
     FIXED_OVERRIDES = "fixed_overrides"
@@ -86,6 +88,7 @@ class TrialAttr:
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
     INTERRUPTED = "interrupted"
     LOST_IN_A_ROW = "lost_in_a_row"  # times its point was lost to the infrastructure in a row
+    RACE = "race"  # seeds=auto: why it got the seeds it got (sweeper/racing.py), one line
     REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper.errors import SweepError
 from sweeper.health import HealthRule, default_rules, rules_from_settings
+from sweeper.replicates import MIN_SEEDS
 from sweeper.storage import resolve_url
 from trainer.database import DEFAULT_RETRY_S
 
@@ -27,7 +28,9 @@ class SweepSettings:
     direction: str
     objective: str
     n_trials: int
-    seeds: int
+    seeds: int  # seeds each configuration starts with (all it gets, unless racing)
+    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweeper/racing.py)
+    max_seeds: int
     n_jobs: int
     max_failure_rate: float
     max_grid_size: int
@@ -56,7 +59,19 @@ def _require(ok: bool, name: str, value: Any, rule: str) -> None:
 def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> SweepSettings:
     """Check every setting and fill in the defaults that depend on the job's config."""
     _require(conf.n_trials >= 1, "n_trials", conf.n_trials, "must be >= 1")
-    _require(conf.seeds >= 1, "seeds", conf.seeds, "must be >= 1")
+    race = conf.seeds == "auto"
+    _require(
+        race or (isinstance(conf.seeds, int) and conf.seeds >= 1),
+        "seeds",
+        conf.seeds,
+        "must be an integer >= 1, or auto (race seeds up to max_seeds)",
+    )
+    _require(
+        conf.max_seeds >= MIN_SEEDS,
+        "max_seeds",
+        conf.max_seeds,
+        f"must be >= {MIN_SEEDS} (every raced configuration gets {MIN_SEEDS} seeds)",
+    )
     _require(conf.n_jobs >= 1, "n_jobs", conf.n_jobs, "must be >= 1")
     rate = conf.max_failure_rate
     _require(0 <= rate <= 1, "max_failure_rate", rate, "must be in [0, 1]")
@@ -89,7 +104,9 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         direction=_value(conf.direction),
         objective=conf.objective,
         n_trials=conf.n_trials,
-        seeds=conf.seeds,
+        seeds=MIN_SEEDS if race else conf.seeds,
+        race=race,
+        max_seeds=conf.max_seeds,
         n_jobs=conf.n_jobs,
         max_failure_rate=rate,
         max_grid_size=conf.max_grid_size,

@@ -94,12 +94,22 @@ def grid_points(space: SearchSpace) -> list[dict]:
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def give_back(study: optuna.Study, trial: FrozenTrial, resume_dirs: dict[str, dict]) -> None:
+def give_back(
+    study: optuna.Study,
+    trial: FrozenTrial,
+    resume_dirs: dict[str, dict],
+    carried: dict | None = None,
+) -> None:
     """Queue an interrupted trial's point again; the next worker to take a slot runs it,
-    resuming each seed from its folder's last checkpoint (when it saved one). The count of
-    losses in a row goes with it (sweeper/recovery.py)."""
-    attrs = {TrialAttr.RETRY_OF: trial.number, TrialAttr.RESUME_DIRS: resume_dirs}
-    attrs[TrialAttr.LOST_IN_A_ROW] = trial.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0)
+    resuming each seed from its folder's last checkpoint (when it saved one). carried: the
+    records of seeds that completed ({replicate key: record}), kept rather than run again.
+    The count of losses in a row goes with it (sweeper/recovery.py)."""
+    attrs = {
+        TrialAttr.RETRY_OF: trial.number,
+        TrialAttr.RESUME_DIRS: resume_dirs,
+        TrialAttr.LOST_IN_A_ROW: trial.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0),
+        **(carried or {}),
+    }
     study.enqueue_trial(trial.params, user_attrs=attrs)
 
 

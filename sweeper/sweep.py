@@ -31,13 +31,14 @@ from optuna.trial import Trial, TrialState
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
-from sweeper import records, recovery, runs, slots
+from sweeper import racing, records, recovery, runs, slots
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
+from sweeper.health import BREACH_CONSTRAINT
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
-from sweeper.records import Replicate, State, TrialAttr
+from sweeper.records import Replicate, State, Tag, TrialAttr
 from sweeper.replicates import combine, seeds_of
 from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
@@ -46,11 +47,12 @@ from sweeper.study import StudySpec, open_study
 from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.database import DatabaseUnreachable, set_retry_window
-from trainer.tracking import check_tracking_uri
+from trainer.tracking import check_tracking_uri, tracking_client
 from trainer.validation import ConfigError
 
 log = logging.getLogger(__name__)
 
+HOLD_POLL_S = 1.0  # how often a held leader looks again for the others' seeds
 STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
 
 
@@ -76,8 +78,9 @@ class InFlight:
     seeds: list[int]
     config_run_id: str | None  # its MLflow run when it has several seeds
     started: int = 0
-    ended: dict[int, JobReturn] = field(default_factory=dict)
+    ended: dict[int, JobReturn | None] = field(default_factory=dict)  # None: carried over
     stop: bool = False  # a seed broke: start no more seeds of it
+    hold: bool = False  # seeds=auto: it leads, and waits for the configurations still to come
 
     @property
     def done(self) -> bool:
@@ -190,7 +193,10 @@ class SweepRunner:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
                         self._job_ended(study, running.pop(future), future.result(), pending)
-                elif job is None and not self.in_flight and not self._wait_for_others(study):
+                elif job is None and self.in_flight:  # only leaders held for others to end
+                    time.sleep(HOLD_POLL_S)
+                    self._look_again(study, pending)
+                elif job is None and not self._wait_for_others(study):
                     return
 
     def _in_flight_ids(self) -> list[int]:
@@ -226,27 +232,35 @@ class SweepRunner:
         """A seed still to run of a configuration in flight, else a new configuration."""
         while pending:
             job = pending.popleft()
-            if not self.in_flight[job.trial.number].stop:
-                self.in_flight[job.trial.number].started += 1
+            flight = self.in_flight.get(job.trial.number)  # gone: a seed broke, it was told
+            if flight is not None and not flight.stop:
+                flight.started += 1
                 return job
         trial = slots.take(study, self.s.storage, self.space.distributions)
         if trial is None:
             return None
         trial.set_user_attr(TrialAttr.OVERRIDES, self.space.overrides(trial.params))
         seeds = seeds_of(self.config.seed, self.s.seeds)
+        # Seeds an interrupted run of this configuration completed are kept, not run again.
+        carried = [r.seed for r in records.replicates(trial) if r.state == State.COMPLETE]
         config_run = None
         if len(seeds) > 1:
             config_run = runs.start_config_run(
                 self.config.experiment, self.parent_run_id, self.name, trial.number, trial.params
             )
             trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, config_run)
-        flight = InFlight(trial, seeds, config_run, started=1)
+        flight = InFlight(trial, seeds, config_run, len(carried), dict.fromkeys(carried))
         self.in_flight[trial.number] = flight
-        jobs = [Job(trial, s, i, self._job_overrides(flight, s, i)) for i, s in enumerate(seeds)]
         self.heartbeat.beat([oa.trial_id(trial)])  # at once: a trial never beaten is never stale
-        pending.extend(jobs[1:])
         say(f"[sweep {self.name}] t{trial.number} {show(trial.params)} started")
-        return jobs[0]
+        pending.extend(self._job(flight, s) for s in seeds if s not in carried)
+        if flight.done:  # every seed carried over: the race goes on from there
+            self._seeds_ended(study, flight, pending)
+        return self._next_job(study, pending)
+
+    def _job(self, flight: InFlight, seed: int) -> Job:
+        replicate = flight.seeds.index(seed)
+        return Job(flight.trial, seed, replicate, self._job_overrides(flight, seed, replicate))
 
     def _launch(self, job: Job) -> JobReturn:
         """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
@@ -283,14 +297,40 @@ class SweepRunner:
         if oa.job_error(ret) is not None:  # a seed broke: the configuration's verdict is in
             flight.stop = True
         if flight.done:
-            del self.in_flight[job.trial.number]
-            self._tell(study, flight)
-            say(progress_line(study, self.sampler.planned, self.s.maximize))
-            self._update_tuned(study)
+            self._seeds_ended(study, flight, pending)
 
-    def _tell(self, study: optuna.Study, flight: InFlight) -> None:
+    def _seeds_ended(self, study: optuna.Study, flight: InFlight, pending: deque) -> None:
+        """Every started seed ended: with seeds=auto one more seed, a hold, or the end of its
+        race (sweeper/racing.py); then the study is told."""
+        step = None
+        if self.s.race and not flight.stop:
+            trials = study.get_trials(deepcopy=False)
+            me = oa.fresh(study, oa.trial_id(flight.trial))
+            step = racing.look(trials, me, self.s.max_seeds, self.s.maximize, self.sampler.is_grid)
+            flight.hold = step.action == racing.HOLD
+            if step.action == racing.SEED:
+                flight.seeds.append(max(flight.seeds) + 1)
+                pending.appendleft(self._job(flight, flight.seeds[-1]))  # before new configs
+            if step.action != racing.STOP:
+                return
+        del self.in_flight[flight.trial.number]
+        self._tell(study, flight, step.why if step else "")
+        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        self._update_tuned(study)
+        self._look_again(study, pending)
+
+    def _look_again(self, study: optuna.Study, pending: deque) -> None:
+        """A leader held for the configurations still to come looks again."""
+        for flight in [f for f in self.in_flight.values() if f.hold]:
+            if flight.trial.number in self.in_flight:
+                self._seeds_ended(study, flight, pending)
+
+    def _tell(self, study: optuna.Study, flight: InFlight, race: str = "") -> None:
         """The configuration's outcome, from what its seeds recorded, into the study."""
         trial = flight.trial
+        if race:
+            trial.set_user_attr(TrialAttr.RACE, race)
+            say(f"[sweep {self.name}] t{trial.number}: {race}")
         recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
         errors = {seed: oa.job_error(ret) for seed, ret in flight.ended.items()}
         lost = recovery.lost_reason(errors, recorded)
@@ -302,7 +342,9 @@ class SweepRunner:
         for seed, ret in flight.ended.items():
             mine = recorded.get(seed)
             if mine is None or mine.state == State.RUNNING:  # its process died before recording
-                error = oa.job_error(ret) or RuntimeError("the job ended without a record")
+                error = (ret and oa.job_error(ret)) or RuntimeError(
+                    "the job ended without a record"
+                )
                 recorded[seed] = _died(seed, mine, fail_reason(error))
                 runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
         out = combine([recorded[s] for s in flight.ended], len(flight.seeds))
@@ -314,20 +356,26 @@ class SweepRunner:
         elif out.state == State.PRUNED:
             if out.breach is not None:
                 trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
+                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # the sampler learns it is unsafe
             study.tell(trial, state=TrialState.PRUNED)
         else:
             log.warning("t%d failed: %s", trial.number, out.reason)
             trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
             study.tell(trial, state=TrialState.FAIL)
         if flight.config_run_id:
+            if race:
+                tracking_client(runs.tracking_uri()).set_tag(flight.config_run_id, Tag.RACE, race)
             runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
 
     def _give_back(self, study: optuna.Study, trial, killed: bool = False) -> None:
         """An interrupted trial: close its runs and queue its point again (to resume); one
         lost too often in a row (recovery.lose failed it): close its runs only."""
         reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
-        resume_dirs = {}
+        resume_dirs, carried = {}, {}
         for rep in records.replicates(trial):
+            if rep.state == State.COMPLETE:  # a seed that ended is kept, not run again
+                carried[records.replicate_key(rep.seed)] = rep.as_attr()
+                continue
             runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
             if rep.output_dir:
                 resume_dirs[str(rep.seed)] = {"output_dir": rep.output_dir, "run_id": rep.run_id}
@@ -337,7 +385,7 @@ class SweepRunner:
         if not records.is_interrupted(trial):
             say(f"[sweep {self.name}] t{trial.number} failed: {reason}")
             return
-        slots.give_back(study, trial, resume_dirs)
+        slots.give_back(study, trial, resume_dirs, carried)
         say(f"[sweep {self.name}] t{trial.number} was interrupted; its point is queued again")
 
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:

@@ -50,7 +50,9 @@ class GRPOSweeperConf:
     n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
-    seeds: int = 1
+    # `auto` races them (sweeper/racing.py): 2 seeds each, then one more at a time only for
+    # configurations the verdict cannot yet tell apart from the leader, up to max_seeds.
+    seeds: Any = 1
     # Training runs at once in this process. With hydra/launcher=joblib (or a cluster
     # launcher) each runs in its own process, and a slot freed by a pruned or finished run is
     # refilled at once. The basic launcher runs one at a time.
@@ -64,6 +66,11 @@ class GRPOSweeperConf:
     # A grid with more points than this stops before it starts: a typo such as lr=range(1,1000)
     # should not queue a thousand trials. Raising it is the confirmation.
     max_grid_size: int = 100
+
+    # --- racing seeds (seeds=auto) and when a search stops ---
+    # Most seeds one configuration gets with seeds=auto; the verdict calls configurations
+    # still not separated at this many seeds a tie and says how many more it would take.
+    max_seeds: int = 5
 
     # --- where the study lives ---
     storage: str = "sqlite:///sweeps.db"  # Optuna RDB URL; PostgreSQL to share across hosts

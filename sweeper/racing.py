@@ -1,0 +1,174 @@
+"""Racing seeds (`hydra.sweeper.seeds=auto`): more seeds only where they can change the verdict.
+
+Pure: the sweeper hands over every configuration's completed seed values (all workers
+together, read from the study) and gets back what one configuration does next. Each
+configuration starts with MIN_SEEDS seeds (one seed has no seed-to-seed variance, so nothing
+is eliminated on it); once all its started seeds have ended, it is compared with the leader
+(the best mean among configurations with MIN_SEEDS values) by Welch's t over seeds
+(analysis/stats.py), at a level corrected for looking after every seed: Bonferroni over the
+max_seeds - MIN_SEEDS + 1 looks a configuration can have. Then exactly one of:
+  - eliminated: the leader is better beyond the interval -> no more seeds;
+  - tied for good: even at max_seeds the current difference would stay inside the interval
+    (the seeds it would take are said) -> no more seeds, the verdict calls it a tie;
+  - cap: it has max_seeds seeds -> no more seeds;
+  - separated: the leader is better than every other contender -> no more seeds;
+  - otherwise it gets one more seed at once (no lane waits for a round to end).
+
+Why the configuration's trial is told once, when its race ends: an Optuna trial's value
+cannot change after it completes, and TPE should learn the configuration's mean, not each
+seed as if it were another configuration. Its trial stays RUNNING while it races (TPE treats
+it as a trial in flight), and its seeds are the trial's replicate records, so a resumed or
+joining worker sees every seed that ended.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from optuna.trial import FrozenTrial, TrialState
+
+from analysis import stats
+from sweeper import records
+from sweeper.records import State
+from sweeper.replicates import MIN_SEEDS
+
+FAMILY_LEVEL = stats.LEVEL  # the level over all looks of one configuration together
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One configuration in the race: its completed seed values so far."""
+
+    label: str  # "t3"
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a configuration does after a look."""
+
+    action: str  # SEED (run one more), STOP (tell its trial), HOLD (wait for the others)
+    why: str  # one line for the table, the verdict and MLflow
+
+
+SEED, STOP, HOLD = "seed", "stop", "hold"
+
+
+def look_level(max_seeds: int) -> float:
+    """The per-look confidence level: Bonferroni over a configuration's possible looks."""
+    looks = max(1, max_seeds - MIN_SEEDS + 1)
+    return 1 - (1 - FAMILY_LEVEL) / looks
+
+
+def decide(
+    me: Entry,
+    others: Sequence[Entry],
+    max_seeds: int,
+    maximize: bool,
+    more_to_come: bool,
+) -> Step:
+    """The next step of `me`, whose started seeds have all ended.
+
+    others: every other configuration of the study with completed values (open or told).
+    more_to_come: configurations not yet known (queued, or with fewer than MIN_SEEDS values)
+    will join; a leader separated from the known ones then holds (a grid), so that a late
+    close one can still make it run more seeds, rather than stop with a short record.
+    """
+    n = len(me.values)
+    if n < MIN_SEEDS:
+        return Step(SEED, f"{n} of the {MIN_SEEDS} seeds every configuration gets")
+    level = look_level(max_seeds)
+    known = [o for o in others if len(o.values) >= MIN_SEEDS]
+    sign = 1 if maximize else -1
+    leader = max([me, *known], key=lambda e: sign * _mean(e.values))
+    if leader is not me:
+        gap = _signed(stats.welch_difference(leader.values, me.values, level), sign)
+        if gap.excludes_zero:
+            return Step(
+                STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
+            )
+    rivals = [o for o in known if o is not leader] if leader is me else [leader]
+    undecided = [o for o in rivals if not _separated(me, o, level)]
+    if n >= max_seeds:
+        ties = ", ".join(o.label for o in undecided)
+        tied = f", tied with {ties}" if ties else ""
+        return Step(STOP, f"reached max_seeds={max_seeds}{tied}")
+    hopeful = [o for o in undecided if seeds_to_separate(me.values, o.values, level) <= max_seeds]
+    if hopeful:
+        return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
+    if undecided:
+        o = undecided[0]
+        need = seeds_to_separate(me.values, o.values, level)
+        shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
+        return Step(
+            STOP,
+            f"tied with {o.label} after {n} seeds: separating them would take "
+            f"{shown} seeds each (max_seeds={max_seeds})",
+        )
+    if leader is me and more_to_come:
+        return Step(HOLD, f"{n} seeds; leads the configurations known so far")
+    if leader is me:
+        return Step(STOP, f"separated from every other after {n} seeds")
+    return Step(STOP, f"{n} seeds; separated from the leader {leader.label}")
+
+
+def seeds_to_separate(a: Sequence[float], b: Sequence[float], level: float) -> float:
+    """Seeds each that would make the current difference of means significant at `level`,
+    if the means and the pooled spread stayed as they are (inf: no difference to find)."""
+    diff = abs(_mean(a) - _mean(b))
+    spread = math.sqrt((_var(a) + _var(b)) / 2)
+    if diff == 0:
+        return math.inf
+    if spread == 0:
+        return MIN_SEEDS
+    for n in range(MIN_SEEDS, 1000):
+        if stats.t_quantile(2 * n - 2, level) * spread * math.sqrt(2 / n) < diff:
+            return n
+    return math.inf
+
+
+def _separated(a: Entry, b: Entry, level: float) -> bool:
+    return stats.welch_difference(a.values, b.values, level).excludes_zero
+
+
+def _signed(i: stats.Interval, sign: int) -> stats.Interval:
+    return i if sign == 1 else stats.Interval(-i.estimate, -i.high, -i.low, i.method)
+
+
+def _show(i: stats.Interval) -> str:
+    return f"{i.estimate:.3g} (CI {i.low:.3g} to {i.high:.3g})"
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _var(values: Sequence[float]) -> float:
+    m = _mean(values)
+    return sum((v - m) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+
+
+def look(
+    trials: Sequence[FrozenTrial], me: FrozenTrial, max_seeds: int, maximize: bool, grid: bool
+) -> Step:
+    """`decide` for one configuration's trial, from the study's trials as they are now.
+
+    Open (RUNNING) and told (COMPLETE) configurations count with their completed seeds; a
+    grid's queued configurations and those short of MIN_SEEDS values are still to come.
+    """
+    others, more_to_come = [], False
+    for t in trials:
+        if t.number == me.number or t.state not in (TrialState.RUNNING, TrialState.COMPLETE):
+            more_to_come |= t.state == TrialState.WAITING
+            continue
+        entry = entry_of(t)
+        others.append(entry)
+        more_to_come |= t.state == TrialState.RUNNING and len(entry.values) < MIN_SEEDS
+    return decide(entry_of(me), others, max_seeds, maximize, grid and more_to_come)
+
+
+def entry_of(trial: FrozenTrial) -> Entry:
+    done = [r.value for r in records.replicates(trial) if r.state == State.COMPLETE]
+    return Entry(f"t{trial.number}", tuple(v for v in done if v is not None and math.isfinite(v)))

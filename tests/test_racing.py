@@ -1,0 +1,107 @@
+"""Racing seeds (sweeper/racing.py) on hand-computed numbers: each decision a configuration
+can reach after a look, and the verdict's words for a raced study."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.verdict import Config, Seed, verdict
+from sweeper.racing import HOLD, SEED, STOP, Entry, decide, look_level, seeds_to_separate
+
+LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
+
+
+def test_each_look_is_corrected_for_the_looks_a_configuration_can_have():
+    assert look_level(5) == pytest.approx(LEVEL_5)
+    assert look_level(2) == pytest.approx(0.95)
+
+
+def test_seeds_to_separate_a_difference_that_stays_as_it_is():
+    # diff 0.10, both sd 0.0283: n=2 gives 8.86 x 0.0283 x 1 = 0.25 > 0.10;
+    # n=3 gives t(4, 0.99375) = 4.31 x 0.0283 x 0.816 = 0.0996 < 0.10
+    assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5) == 3
+    assert seeds_to_separate((0.40, 0.44), (0.38, 0.42), LEVEL_5) == 27
+    assert seeds_to_separate((0.4, 0.5), (0.4, 0.5), LEVEL_5) == float("inf")
+
+
+def test_fewer_than_two_seeds_is_never_a_verdict():
+    step = decide(Entry("t1", (0.1,)), [Entry("t0", (0.9, 0.9))], 5, True, False)
+    assert step.action == SEED
+
+
+def test_clearly_worse_than_the_leader_is_eliminated():
+    # Welch at 98.75%: 0.205, CI 0.025 to 0.385 excludes 0
+    step = decide(Entry("t1", (0.30, 0.31)), [Entry("t0", (0.50, 0.52))], 5, True, False)
+    assert step.action == STOP and step.why.startswith("eliminated after 2 seeds: t0 is better")
+
+
+def test_a_contender_that_more_seeds_could_separate_gets_one_more():
+    step = decide(Entry("t1", (0.30, 0.34)), [Entry("t0", (0.40, 0.44))], 5, True, False)
+    assert step.action == SEED and "not yet separated from t0" in step.why
+
+
+def test_a_tie_no_affordable_seeds_would_break_stops_and_says_what_it_would_take():
+    step = decide(Entry("t1", (0.38, 0.42)), [Entry("t0", (0.40, 0.44))], 5, True, False)
+    assert step.action == STOP
+    assert step.why == (
+        "tied with t0 after 2 seeds: separating them would take ~27 seeds each (max_seeds=5)"
+    )
+
+
+def test_at_the_cap_it_stops_and_names_whom_it_is_tied_with():
+    step = decide(Entry("t1", (0.30, 0.34, 0.36)), [Entry("t0", (0.40, 0.44))], 3, True, False)
+    assert step.action == STOP and step.why == "reached max_seeds=3, tied with t0"
+
+
+def test_the_leader_races_while_a_rival_is_close_and_holds_for_configurations_to_come():
+    rival = Entry("t1", (0.30, 0.34))
+    assert decide(Entry("t0", (0.40, 0.44)), [rival], 5, True, False).action == SEED
+    far = Entry("t1", (0.10, 0.11))
+    assert decide(Entry("t0", (0.40, 0.41)), [far], 5, True, True).action == HOLD
+    step = decide(Entry("t0", (0.40, 0.41)), [far], 5, True, False)
+    assert step.action == STOP and step.why == "separated from every other after 2 seeds"
+
+
+def test_minimizing_eliminates_the_larger():
+    step = decide(Entry("t1", (0.50, 0.52)), [Entry("t0", (0.30, 0.31))], 5, False, False)
+    assert step.action == STOP and "eliminated" in step.why
+
+
+def _config(label: str, values: tuple[float, ...], race: str = "", baseline=None) -> Config:
+    return Config(
+        label, {"lr": 0.001}, tuple(Seed(i, v, None) for i, v in enumerate(values)), baseline, race
+    )
+
+
+def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
+    # at 95% (Welch, df 2) 0.10 +- 4.30 x 0.0283 = 0.10 +- 0.122: tied either way;
+    # 0.5 vs 0.3 at 98.75% with 3 seeds each is decided
+    configs = [
+        _config("t0", (0.49, 0.50, 0.51), "reached max_seeds=3"),
+        _config("t1", (0.30, 0.31, 0.29), "eliminated after 3 seeds: t0 is better by 0.2"),
+    ]
+    v = verdict(configs, True, max_seeds=3)
+    assert "t0 beats the runner-up t1" in v.text and "97.5% CI" in v.text
+    assert v.lines[-1] == (
+        "Seeds raced (seeds=auto, max_seeds=3, each look at 97.50%): 6 training runs, where "
+        "max_seeds for every configuration would take 6. t0 3 (reached max_seeds=3); "
+        "t1 3 (eliminated after 3 seeds: t0 is better by 0.2)."
+    )
+    tied = verdict([_config("t0", (0.40, 0.44)), _config("t1", (0.38, 0.42))], True, 5)
+    assert "are tied at this sample size" in tied.text
+    assert "separating them would take ~27 seeds each (hydra.sweeper.max_seeds=27)" in tied.text
+
+
+def test_a_sweep_that_learned_nothing_says_so_first():
+    configs = [
+        _config("t0", (0.40, 0.41, 0.39), baseline=0.398),
+        _config("t1", (0.405, 0.41, 0.40), baseline=0.398),
+    ]
+    v = verdict(configs, True)
+    assert v.lines[0].startswith(
+        "No configuration moved off its baseline by more than the noise: the largest change is "
+        "+0.007 (t1, from 0.398)"
+    )
+    assert "lr (the largest tried here is 0.001) may be far below" in v.lines[0]
+    moved = [_config("t0", (0.50, 0.51, 0.49), baseline=0.398)]
+    assert not verdict(moved, True).lines[0].startswith("No configuration moved")

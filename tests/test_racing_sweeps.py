@@ -1,0 +1,113 @@
+"""Racing seeds (hydra.sweeper.seeds=auto) on real sweeps. The objective is the logged `lr`,
+the same for every seed of a configuration, so the race's decisions are known in advance:
+the largest lr leads and is separated from every other after 2 seeds each (zero spread)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import run_sweep, study_in
+from mlflow.tracking import MlflowClient
+
+from sweeper import records
+
+pytestmark = pytest.mark.slow
+
+TINY = ["max_steps=1", "batch_size=4", "group_size=2", "task.eval_size=8", "eval_every=0"]
+RACE = ["hydra.sweeper.seeds=auto", "hydra.sweeper.health=[]", *TINY]
+BY_LR = ["hydra.sweeper.objective=lr", *RACE]
+
+
+def _training_runs(cwd):
+    """(lr, seed) -> the number of completed training runs MLflow holds for it."""
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    found = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
+    return collections.Counter(
+        (r.data.params["lr"], r.data.params["seed"])
+        for r in found
+        if r.data.tags.get("sweeper.role") == "trial"
+        and r.data.tags.get("sweeper.state") == "COMPLETE"
+    )
+
+
+def _start(cwd, args, **pipes) -> subprocess.Popen:
+    """`python -m sweeper -m <args>` started in cwd (its own MLflow store), not awaited."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
+    command = [sys.executable, "-m", "sweeper", "-m", *args]
+    return subprocess.Popen(command, cwd=cwd, env=env, **{"stdout": subprocess.PIPE, **pipes})
+
+
+def test_eliminated_configurations_get_no_more_seeds_and_the_verdict_says_why(tmp_path):
+    done = run_sweep(tmp_path, "lr=1e-3,2e-3,3e-3", *BY_LR)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
+    assert all(t.state.name == "COMPLETE" for t in trials.values())
+    for lr, t in trials.items():  # 2 seeds each, no more: the race was over after them
+        assert [r.seed for r in records.replicates(t)] == [0, 1], lr
+    assert trials[0.003].user_attrs["race"] == "separated from every other after 2 seeds"
+    for lr in (0.001, 0.002):
+        assert (
+            trials[lr]
+            .user_attrs["race"]
+            .startswith(f"eliminated after 2 seeds: t{trials[0.003].number} is better by")
+        )
+    assert sum(_training_runs(tmp_path).values()) == 6
+    assert (
+        "Seeds raced (seeds=auto, max_seeds=5, each look at 98.75%): 6 training runs, "
+        "where max_seeds for every configuration would take 15." in done.stdout
+    )
+    assert "beats the runner-up" in done.stdout
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.get_run(trials[0.001].user_attrs["mlflow_run_id"])  # the configuration's run
+    assert run.data.tags["sweeper.race"] == trials[0.001].user_attrs["race"]
+
+
+def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
+    # kl_discount_factor is never read without a KL penalty: the two train alike
+    done = run_sweep(tmp_path, "kl_discount_factor=0.0,0.5", "hydra.sweeper.max_seeds=2", *RACE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = sorted(study_in(tmp_path).trials, key=lambda t: t.number)
+    assert [len(records.replicates(t)) for t in trials] == [2, 2]
+    assert any(t.user_attrs["race"].startswith("reached max_seeds=2, tied with") for t in trials)
+    assert "are tied at this sample size" in done.stdout
+    assert "beats the runner-up" not in done.stdout
+
+
+def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
+    args = ["lr=1e-3,2e-3,3e-3", *BY_LR]
+    sweep = _start(tmp_path, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in sweep.stderr:  # t0 has run its 2 seeds and holds; t1 is under way
+        if "t1 lr=0.002 started" in line:
+            sweep.send_signal(signal.SIGTERM)
+            break
+    sweep.stderr.read()
+    assert sweep.wait(timeout=120) != 0
+    first = study_in(tmp_path).trials
+    kept = {r.run_id for t in first if t.params["lr"] == 0.001 for r in records.replicates(t)}
+    assert len(kept) == 2  # t0's two seeds completed before the stop
+    done = run_sweep(tmp_path, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = [t for t in study_in(tmp_path).trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["lr"] for t in final) == [0.001, 0.002, 0.003]
+    t0 = next(t for t in final if t.params["lr"] == 0.001)
+    assert {r.run_id for r in records.replicates(t0)} == kept  # carried over, not run again
+    assert t0.user_attrs["race"].startswith("eliminated after 2 seeds")
+    assert set(_training_runs(tmp_path).values()) == {1}  # each (configuration, seed) once
+    assert len(_training_runs(tmp_path)) == 6
+
+
+def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(tmp_path):
+    args = ["lr=1e-3,2e-3,3e-3,4e-3", *BY_LR]
+    workers = [_start(tmp_path, args, stderr=subprocess.STDOUT) for _ in range(2)]
+    outputs = [w.communicate(timeout=600)[0].decode() for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    trials = study_in(tmp_path).trials
+    assert sorted(t.params["lr"] for t in trials) == [0.001, 0.002, 0.003, 0.004]
+    assert all([r.seed for r in records.replicates(t)] == [0, 1] for t in trials)
+    runs = _training_runs(tmp_path)
+    assert len(runs) == 8 and set(runs.values()) == {1}
