@@ -22,7 +22,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import trainer  # noqa: F401  (registers the config schemas)
-from sweeper.health import default_rules, replay
+from trainer.health import default_rules, replay
 from trainer.train import train
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")

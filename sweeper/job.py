@@ -22,7 +22,6 @@ import optuna
 from omegaconf import DictConfig
 
 from sweeper import records
-from sweeper.health import HealthMonitor, rules_from_settings
 from sweeper.job_config import training_config
 from sweeper.pruning import TrialPruned, make_pruner
 from sweeper.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
@@ -32,6 +31,7 @@ from sweeper.text import fail_reason
 from trainer.__main__ import train_and_log
 from trainer.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.database import DatabaseUnreachable, set_retry_window
+from trainer.health import HealthMonitor, rules_from_settings
 from trainer.metrics import EVAL_REWARD, stderr_of
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train

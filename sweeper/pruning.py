@@ -1,6 +1,6 @@
 """Stopping a trial early: a health rule fired, or the objective pruner said so.
 
-Health rules (sweeper/health.py) are our own: Optuna's `trial.report` takes one value per
+Health rules (trainer/health.py) are our own: Optuna's `trial.report` takes one value per
 step, and that value is the objective (eval reward), so rules on other metrics cannot go
 through it. The job checks them after every step and raises `TrialPruned` with the breach;
 the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays Optuna's, on
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import optuna
 
-from sweeper.health import Breach
+from trainer.health import Breach
 
 
 class TrialPruned(optuna.TrialPruned):

@@ -60,7 +60,7 @@ class StudyAttr:
 
     OBJECTIVE = "objective"
     DIRECTION = "direction"
-    HEALTH_RULES = "health_rules"  # [rule as dict], sweeper.health
+    HEALTH_RULES = "health_rules"  # [rule as dict], trainer.health
     KL_THRESHOLD = "kl_threshold"
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
@@ -75,6 +75,12 @@ class StudyAttr:
     MLFLOW_PARENT_RUN_ID = "mlflow_parent_run_id"  # written last: joining workers wait for it
 
 
+# The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE and GP
+# rank an infeasible trial after every feasible one, so they learn where runs break, rather
+# than read a pruned trial's early eval as a fair score.
+BREACH_CONSTRAINT = "health_breach"
+
+
 class TrialAttr:
     """Optuna trial user attrs."""
 
@@ -82,7 +88,7 @@ class TrialAttr:
     OVERRIDES = "overrides"  # [key=value] that compose the trial's config
     STEPS_RUN = "steps_run"
     BASELINE = "baseline_reward"
-    PRUNE_REASON = "prune_reason"  # a Breach as a dict (sweeper.health)
+    PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.health)
     FAIL_REASON = "fail_reason"
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
@@ -139,8 +145,8 @@ def replicates(trial: FrozenTrial) -> list[Replicate]:
 
 
 def breach_text(reason: Mapping[str, Any]) -> str:
-    """A stored prune reason as the one line people read (sweeper.health.Breach's text)."""
-    from sweeper.health import Breach
+    """A stored prune reason as the one line people read (trainer.health.Breach's text)."""
+    from trainer.health import Breach
 
     try:
         return str(Breach.from_dict(reason))

@@ -35,10 +35,9 @@ from sweeper import racing, records, recovery, runs, slots
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
-from sweeper.health import BREACH_CONSTRAINT
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
-from sweeper.records import Replicate, State, Tag, TrialAttr
+from sweeper.records import BREACH_CONSTRAINT, Replicate, State, Tag, TrialAttr
 from sweeper.replicates import combine, seeds_of
 from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt

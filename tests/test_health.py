@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import run_sweep, study_in
 
-from sweeper.health import (
+from sweeper.pruning import TrialPruned
+from trainer.health import (
     Breach,
     Check,
     HealthMonitor,
@@ -20,7 +21,6 @@ from sweeper.health import (
     replay,
     rules_from_settings,
 )
-from sweeper.pruning import TrialPruned
 from trainer.train import train
 
 KL = HealthRule("kl", "kl_pre_post_v2", Check.above, 0.01, patience=2, warmup_steps=1)

@@ -12,7 +12,6 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper.errors import SweepError
-from sweeper.health import HealthMonitor, HealthRule
 from sweeper.plan import default_study_name
 from sweeper.preflight import MAX_COMBINATIONS, points
 from sweeper.pruning import TrialPruned
@@ -20,6 +19,7 @@ from sweeper.samplers import choose_sampler
 from sweeper.settings import resolve_settings
 from sweeper.space import parse_space
 from sweeper.storage import open_storage, resolve_url
+from trainer.health import HealthMonitor, HealthRule
 
 
 def test_choices_ranges_and_intervals_become_distributions():

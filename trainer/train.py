@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from trainer import metrics as metrics_names
 from trainer import rl_math
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
+from trainer.health import HealthMonitor, default_rules
 from trainer.lr import make_scheduler, resolve_lr
 from trainer.pipelines import make_pipeline
 from trainer.policy import load_policy
@@ -71,6 +72,8 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     settings = SamplingSettings.from_config(cfg)
 
     start_step, baseline = 0, None
+    # The rules a sweep prunes by: a single run warns at each rule's first breach, never stops.
+    health, warned = HealthMonitor(default_rules(cfg.kl_threshold)), set()
     checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
     if checkpoint is not None:
         start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
@@ -88,6 +91,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         )
         if advice:
             log.warning(advice)
+        health.check(0, eval_metrics)
         _report(reporter, 0, eval_metrics)
 
     log.info(
@@ -108,11 +112,14 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
                 eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
                 metrics.update(eval_metrics)
                 last_eval = eval_metrics[metrics_names.EVAL_REWARD]
-            warn_on_kl(cfg, step, metrics)
+            for breach in health.breaches(step, metrics):
+                if breach.rule not in warned:
+                    warned.add(breach.rule)
+                    log.warning("health rule %s (a sweep would prune this run here)", breach)
             bar.set_postfix(  # shown at the bar's next redraw: a log gets one every few seconds
                 reward=f"{metrics[metrics_names.REWARD]:.2f}",
                 eval="-" if last_eval is None else f"{last_eval:.2f}",
-                kl=f"{metrics.get(metrics_names.KL_PRE_POST_V2, math.nan):.1e}",
+                **shown_kl(metrics),
                 refresh=False,
             )
             _report(reporter, step, metrics)  # first, so a sweep sees the values and says why
@@ -205,16 +212,16 @@ def baseline_advice(
     return "Baseline eval reward is 0%: " + "; ".join(causes)
 
 
-def warn_on_kl(cfg: DictConfig, step: int, metrics: dict[str, float]) -> None:
-    for name in (metrics_names.KL_SAMPLE_TRAIN_V2, metrics_names.KL_PRE_POST_V2):
-        if metrics.get(name, 0.0) > cfg.kl_threshold:
-            log.warning(
-                "step %d: %s=%.4f exceeds kl_threshold=%g (unstable update)",
-                step,
-                name,
-                metrics[name],
-                cfg.kl_threshold,
-            )
+def shown_kl(metrics: dict[str, float]) -> dict[str, str]:
+    """The progress bar's KL: the post-update KL the health rules read, else the sampler-vs-
+    learner KL (compute_post_kl=false), never a KL that was not measured."""
+    for name, label in (
+        (metrics_names.KL_PRE_POST_V2, "kl"),
+        (metrics_names.KL_SAMPLE_TRAIN_V2, "kl_sample"),
+    ):
+        if name in metrics:
+            return {label: f"{metrics[name]:.1e}"}
+    return {}
 
 
 def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:

@@ -97,7 +97,7 @@ class GRPOSweeperConf:
     # --- pruning ---
     # Health rules checked after every training step; the first that fires prunes the trial
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of
-    # sweeper/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
+    # trainer/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
     # below_baseline), bound, patience, warmup_steps, advice}.
     health: Any = None

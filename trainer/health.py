@@ -1,4 +1,7 @@
-"""Run health: rules a sweep checks after every training step, and the breach that prunes.
+"""Run health: rules checked after every training step, and the breach they report.
+
+A sweep prunes a trial at its first breach (sweeper/job.py); a single training run logs each
+rule's first breach as a warning (trainer/train.py): the same rules, defined here once.
 
 A rule names a metric, a check and a bound, and fires once the check holds on `patience`
 consecutive checked steps after `warmup_steps`. The first rule that fires stops the trial;
@@ -76,11 +79,6 @@ class Breach:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-
-# The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE and GP
-# rank an infeasible trial after every feasible one, so they learn where runs break, rather
-# than read a pruned trial's early eval as a fair score.
-BREACH_CONSTRAINT = "health_breach"
 
 # The post-update KL of runs that end within noise of the best reached 0.01-0.2 in their first
 # steps (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps in a row by
@@ -165,9 +163,16 @@ class HealthMonitor:
         self.baselines: dict[str, float] = {}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> Breach | None:
+        """The first rule that fires at this step (a sweep prunes there), or None."""
+        fired = self.breaches(step, metrics)
+        return fired[0] if fired else None
+
+    def breaches(self, step: int, metrics: Mapping[str, float]) -> list[Breach]:
+        """Every rule that fires at this step, in the rules' order."""
         if step == 0:  # before any update: the baseline, never a breach
             self.baselines.update({k: v for k, v in metrics.items() if _finite(v)})
-            return None
+            return []
+        fired = []
         for rule in self.rules:
             value = metrics.get(rule.metric)
             if value is None or step <= rule.warmup_steps:
@@ -178,10 +183,18 @@ class HealthMonitor:
             self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
             if self.streaks[rule.name] >= rule.patience:
                 shown = float(value) if _finite(value) else None
-                return Breach(
-                    rule.name, rule.metric, shown, rule.bound, step, rule.check.value, rule.advice
+                fired.append(
+                    Breach(
+                        rule.name,
+                        rule.metric,
+                        shown,
+                        rule.bound,
+                        step,
+                        rule.check.value,
+                        rule.advice,
+                    )
                 )
-        return None
+        return fired
 
     def _holds(self, rule: HealthRule, value: float) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""
