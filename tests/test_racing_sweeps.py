@@ -88,7 +88,7 @@ def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
     sweep.stderr.read()
     assert sweep.wait(timeout=120) != 0
     first = study_in(tmp_path).trials
-    kept = {r.run_id for t in first if t.params["lr"] == 0.001 for r in records.replicates(t)}
+    kept = {r.run_id for t in first if t.params.get("lr") == 0.001 for r in records.replicates(t)}
     assert len(kept) == 2  # t0's two seeds completed before the stop
     done = run_sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
