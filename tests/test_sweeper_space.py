@@ -108,7 +108,7 @@ def test_prune_exception_carries_its_breach_through_pickling_for_process_launche
     ("setting", "message"),
     [
         ({"n_trials": 0}, "hydra.sweeper.n_trials=0: must be >= 1"),
-        ({"seeds": 0}, "hydra.sweeper.seeds=0: must be >= 1"),
+        ({"seeds": 0}, "hydra.sweeper.seeds=0: must be an integer >= 1, or auto"),
         ({"n_jobs": 0}, "hydra.sweeper.n_jobs=0: must be >= 1"),
         ({"max_failure_rate": 2.0}, "hydra.sweeper.max_failure_rate=2.0: must be in [0, 1]"),
         ({"grace_period": 10}, "hydra.sweeper.grace_period=10: must be longer than heartbeat"),

@@ -67,7 +67,9 @@ def _connection_error(error: BaseException) -> BaseException | None:
         if isinstance(seen, DatabaseUnreachable):
             return None  # already retried for the whole window: never retry it again
         if isinstance(seen, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-            return seen
+            # A SQLite file has no server to come back: a file that cannot be opened (a
+            # missing folder, no permission) stays so; its lock waits are the driver's timeout.
+            return None if _sqlite_cannot_open(seen) else seen
         if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
             return seen
         if isinstance(seen, ConnectionError):
@@ -76,6 +78,10 @@ def _connection_error(error: BaseException) -> BaseException | None:
             return seen.__cause__ or seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _sqlite_cannot_open(error: BaseException) -> bool:
+    return "unable to open database file" in str(getattr(error, "orig", error))
 
 
 def retried(call: Callable[[], T], store: str, window_s: float | None = None) -> T:
