@@ -48,8 +48,11 @@ def make_task(task_cfg) -> Task:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf, open_dict
 
+    missing = sorted(OmegaConf.missing_keys(task_cfg))
+    if missing:
+        raise ConfigError(f"{missing[0]}=???: must be given ({missing[0]}=...)")
     prompt_settings(task_cfg)  # checked here too, so a bad one fails before a model loads
-    cfg = OmegaConf.create(OmegaConf.to_container(task_cfg))
+    cfg = OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True))
     with open_dict(cfg):
         for key in PROMPT_DEFAULTS:
             cfg.pop(key, None)
