@@ -331,7 +331,8 @@ class SweepRunner:
             trial.set_user_attr(TrialAttr.RACE, race)
             say(f"[sweep {self.name}] t{trial.number}: {race}")
         recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
-        errors = {seed: oa.job_error(ret) for seed, ret in flight.ended.items()}
+        # A seed carried over from an interrupted run has no job here (None): it completed.
+        errors = {seed: ret and oa.job_error(ret) for seed, ret in flight.ended.items()}
         lost = recovery.lost_reason(errors, recorded)
         if lost:  # the infrastructure, not the configuration: run it again
             with exclusive(self.s.storage):
