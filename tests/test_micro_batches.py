@@ -169,7 +169,8 @@ def test_on_smollm2_the_output_layer_in_chunks_gives_the_full_log_softmaxs_gradi
     (whole, whole_grads, one), (split, split_grads, num_pieces) = results
     assert one == 1 and num_pieces >= 2
     assert split["entropy"] == pytest.approx(whole["entropy"], rel=1e-4)
-    assert split["loss"] == pytest.approx(whole["loss"], rel=1e-4, abs=1e-6)
+    # (the loss itself is ~0 here: advantages sum to 0 in a group and every ratio is 1)
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-5)
     norm = torch.sqrt(sum(g.square().sum() for g in whole_grads))
     assert norm > 0
     for s, w in zip(split_grads, whole_grads, strict=True):
