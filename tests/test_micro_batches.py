@@ -134,3 +134,44 @@ def test_a_micro_batch_of_no_tokens_is_refused_before_any_model_loads(composed):
 
     with pytest.raises(ConfigError, match=r"^learner_batch_tokens=0: must be >= 1"):
         validate(composed("learner_batch_tokens=0"))
+
+
+@pytest.mark.real_model
+def test_on_smollm2_the_output_layer_in_chunks_gives_the_full_log_softmaxs_gradients(
+    smollm2, composed, monkeypatch
+):
+    # The real vocabulary (49,152) and its tied output layer: the chunked path against one
+    # log_softmax over every position, in micro-batches of about two rollouts.
+    torch.manual_seed(0)
+    cfg = composed(f"model.path={smollm2}", "max_tokens=6")
+    policy = load_policy(cfg)
+    prompts = [  # chat-rendered: as plain text SmolLM2 ends at once, and every rollout alike
+        policy.tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
+        for q in ("What is 2 + 3? Think step by step.", "What is 7 * 6? Think step by step.")
+    ]
+    rollouts = TorchSampler(policy).sample(
+        [p for p in prompts for _ in range(2)], SamplingSettings(max_tokens=6)
+    )
+    results = []
+    for chunk_elements, budget in ((10**9, 10**6), (3 * 49_152, 14)):
+        monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
+        cfg.learner_batch_tokens = budget
+        groups = Groups([None, None], rollouts, torch.tensor([[1.0, 0.0], [0.0, 0.5]]), [0, 0], 0.0)
+        prepared = prepare(cfg, policy, groups)
+        for p in policy.trainable_parameters():
+            p.grad = None
+        rows = torch.arange(4)
+        update = backward(cfg, policy, prepared, rows)
+        grads = [p.grad.clone() for p in policy.trainable_parameters() if p.grad is not None]
+        results.append((update, grads, len(pieces(prepared.batch, rows, budget))))
+    (whole, whole_grads, one), (split, split_grads, num_pieces) = results
+    assert one == 1 and num_pieces >= 2
+    assert split["entropy"] == pytest.approx(whole["entropy"], rel=1e-4)
+    # (the loss itself is ~0 here: advantages sum to 0 in a group and every ratio is 1)
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-5)
+    norm = torch.sqrt(sum(g.square().sum() for g in whole_grads))
+    assert norm > 0
+    for s, w in zip(split_grads, whole_grads, strict=True):
+        assert (s - w).norm() <= 1e-4 * norm

@@ -113,7 +113,7 @@ class TrainConfig:
     # micro-batches of at most this many tokens (each distinct prompt once, plus the completion
     # width per rollout), gradients accumulated to exactly the whole minibatch's. Bounds the
     # activations' memory; the tiny model's default batch fits one micro-batch.
-    learner_batch_tokens: int = 4096
+    learner_batch_tokens: int = 2560
     # Recompute each decoder layer's activations in the backward instead of keeping them
     # (torch.utils.checkpoint through transformers): less memory, one more forward of time.
     # The same gradients.

@@ -98,8 +98,8 @@ def _chunk(
     lse_K = torch.logsumexp(logits_KV, dim=-1)
     logp_K = logits_KV.gather(-1, ids_K[:, None])[:, 0] - lse_K
     entropy_K = None
-    if with_entropy:  # H = logsumexp - E_p[logit], a statistic: no gradient
-        with torch.no_grad():
-            z_KV = logits_KV.detach()
-            entropy_K = lse_K.detach() - (torch.softmax(z_KV, dim=-1) * z_KV).sum(-1)
+    if with_entropy:  # a statistic: no gradient. -sum p log p, not logsumexp - E_p[logit],
+        with torch.no_grad():  # whose two large terms cancel to float32's cost
+            logp_KV = logits_KV.detach() - lse_K.detach()[:, None]
+            entropy_K = -(logp_KV.exp() * logp_KV).sum(-1)
     return logp_K, entropy_K
