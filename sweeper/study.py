@@ -7,6 +7,7 @@ its plan and names the parent run last, and the others wait for that name before
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,11 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
         parent = runs.start_parent_run(spec.experiment, spec.name, run_params(spec))
         study, created = _create_or_join(storage, spec)
         if created:
+            # Named, so optuna-dashboard and Optuna's plots say e.g. eval/reward/mean, not
+            # "Objective 0".
+            with warnings.catch_warnings():  # experimental in Optuna 5, stable in use
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([spec.settings.objective])
             slots.fill(study, spec.settings.storage, spec.space, spec.plan)
             for key, value in study_attrs(spec, parent).items():
                 study.set_user_attr(key, value)  # the parent run id last

@@ -95,6 +95,7 @@ def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):
     attrs = study.user_attrs
     assert attrs["search_space"] == {"lr": "1e-3,0.5", "group_size": "2,4"}
     assert attrs["sampler"] == "grid" and attrs["objective"] == "eval/reward/mean"
+    assert study.metric_names == ["eval/reward/mean"]  # optuna-dashboard's name for the value
 
 
 def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
