@@ -11,9 +11,10 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper import slots
+from sweeper.recovery import fail_stale_trials
 from sweeper.samplers import choose_sampler
 from sweeper.space import parse_space
-from sweeper.storage import exclusive, fail_stale_trials, open_storage
+from sweeper.storage import exclusive, open_storage
 
 
 @pytest.fixture
@@ -113,9 +114,10 @@ def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(
 
 def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     study, space, _ = _study_with_a_stale_trial(url)
-    (stale,) = fail_stale_trials(study, "interrupted: test")
-    assert fail_stale_trials(study, "interrupted: test") == []  # only one worker wins it
-    assert stale.state == TrialState.FAIL and stale.user_attrs["fail_reason"] == "interrupted: test"
+    (stale,) = fail_stale_trials(study, "its sweeper died", max_in_a_row=3)
+    assert fail_stale_trials(study, "its sweeper died", max_in_a_row=3) == []  # one worker wins
+    assert stale.state == TrialState.FAIL and stale.user_attrs["interrupted"]
+    assert stale.user_attrs["fail_reason"] == "lost: its sweeper died; queued again"
     slots.give_back(study, stale, {"0": {"output_dir": "/x/t0", "run_id": "r0"}})
     counts = slots.Counts.of(study)
     assert (counts.failed, counts.waiting) == (0, 2)  # the interrupted trial counts for nothing
@@ -139,7 +141,7 @@ def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
     thread = threading.Thread(target=joiner)
     thread.start()
     with exclusive(url):  # as the sweep recovers a stale trial
-        (stale,) = fail_stale_trials(study, "interrupted: test")
+        (stale,) = fail_stale_trials(study, "its sweeper died", max_in_a_row=3)
         failed.set()
         time.sleep(0.5)  # the joiner is at the lock by now
         slots.give_back(study, stale, {})
