@@ -12,7 +12,7 @@ answered by the nearest recorded lr (in log space): a breaking point is told PRU
 baseline as its step-0 value, as the sweeper records it, with the `health_breach` constraint
 (sweeper/records.py BREACH_CONSTRAINT, what the sweeper does) or without it (what it did
 before); a safe point is told one of its seed values drawn at random. Reported per arm: trials
-sampled in the unsafe region (mean, sd over replays) and the true mean (the landscape's) of the
+sampled in the unsafe region (mean, sd over replays; RandomSampler as the floor) and the true mean (the landscape's) of the
 best trial's lr. Caveat to state with the numbers: nearest-point answers make the landscape a
 step function, so this measures the sampler's decisions on that landscape, not fresh training.
 Writes bench/results/unsafe_<study>.json.
@@ -66,10 +66,11 @@ def nearest(points: list[Point], lr: float) -> Point:
     return min(points, key=lambda p: abs(math.log(p.lr) - math.log(lr)))
 
 
-def replay(points: list[Point], n_trials: int, seed: int, constrained: bool) -> dict:
+def replay(points: list[Point], n_trials: int, seed: int, constrained: bool, tpe: bool) -> dict:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = random.Random(seed)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    sampler = optuna.samplers.TPESampler(seed=seed) if tpe else optuna.samplers.RandomSampler(seed)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
     space = {"lr": FloatDistribution(points[0].lr, points[-1].lr, log=True)}
     unsafe = 0
     for _ in range(n_trials):
@@ -115,8 +116,10 @@ def main() -> None:
         "n_trials": args.n_trials,
         "repetitions": args.repetitions,
     }
-    for arm, constrained in (("constraint", True), ("no_constraint", False)):
-        rows = [replay(points, args.n_trials, r, constrained) for r in range(args.repetitions)]
+    # random: how often the region is sampled by chance, the floor any learning should beat
+    arms = (("constraint", True, True), ("no_constraint", False, True), ("random", False, False))
+    for arm, constrained, tpe in arms:
+        rows = [replay(points, args.n_trials, r, constrained, tpe) for r in range(args.repetitions)]
         out[arm] = {
             "unsafe_trials": summary(rows, "unsafe_trials"),
             "best_true_mean": summary(rows, "best_true_mean"),
