@@ -39,6 +39,9 @@ def test_the_terminator_ends_a_flat_search_early_with_its_reason_and_terminator_
     assert "< its standard error over its eval problems" in reason
     assert done.stderr.strip().splitlines()[-1].endswith(f"; {reason}")  # the final line
     assert f"The search {reason} (hydra.sweeper.terminator=true)." in done.stdout  # verdict
+    not_run = [line for line in done.stdout.splitlines() if "WAITING" in line]
+    assert len(not_run) == 3  # the table's queued slots say why they never ran
+    assert all(line.endswith("not run: the terminator stopped the search") for line in not_run)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
     assert parent.data.tags["sweeper.stopped"] == reason
