@@ -91,8 +91,13 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
 def sweep_verdict(
     trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any], maximize: bool
 ) -> Verdict:
-    """The verdict of a study as recorded: raced seeds compare at the race's level."""
-    return verdict(configs_from_trials(trials), maximize, study_attrs.get(StudyAttr.MAX_SEEDS))
+    """The verdict of a study as recorded: raced seeds compare at the race's level; a study
+    the terminator stopped says why it ran fewer trials than planned."""
+    out = verdict(configs_from_trials(trials), maximize, study_attrs.get(StudyAttr.MAX_SEEDS))
+    stopped = study_attrs.get(StudyAttr.STOPPED)
+    if stopped:
+        out.lines.append(f"The search {stopped} (hydra.sweeper.terminator=true).")
+    return out
 
 
 def summarize(config: Config) -> Summary:

@@ -118,6 +118,8 @@ def run(values: dict[str, list[float]], repetitions: int, max_seeds: int, seed: 
                 "same_winner": best == fixed.best.label,
                 "same_or_tied": fixed.best.label in (best, *raced.tied_with_best),
                 "decided_against_truth_tie": sum(frozenset((best, o)) in ties for o in decided),
+                "decided_pairs_truth_ties": [o for o in decided if frozenset((best, o)) in ties],
+                "race": {s.label: len(s.config.seeds) for s in raced.ranked},
             }
         )
     runs = [r["runs"] for r in rows]

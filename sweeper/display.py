@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from analysis.verdict import (
     INTERVAL_HEADER,
@@ -14,7 +14,7 @@ from analysis.verdict import (
     interval_cells,
     sweep_verdict,
 )
-from sweeper.records import best_trial, trial_note
+from sweeper.records import StudyAttr, best_trial, trial_note
 from sweeper.slots import Counts
 from sweeper.space import show_value
 from sweeper.text import text_table
@@ -42,7 +42,12 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
     names = list(dict.fromkeys(k for t in trials for k in t.params))
     summaries = {s.label: s for s in verdict.ranked}
     header = ["trial", *names, *INTERVAL_HEADER, "state", "note"]
-    rows = [_row(t, names, summaries.get(f"t{t.number}")) for t in trials]
+    not_run = (
+        "not run: the terminator stopped the search"
+        if study.user_attrs.get(StudyAttr.STOPPED)
+        else ""
+    )
+    rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
     return text_table([header, *rows]) + "\n\n" + verdict.text
 
 
@@ -50,12 +55,12 @@ def study_verdict(study: optuna.Study, maximize: bool) -> Verdict:
     return sweep_verdict(study.get_trials(deepcopy=False), study.user_attrs, maximize)
 
 
-def _row(trial: FrozenTrial, names: list[str], summary: Summary | None) -> list[str]:
+def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:
     params = [show_value(trial.params[n]) if n in trial.params else "" for n in names]
     return [
         f"t{trial.number}",
         *params,
         *interval_cells(summary),
         trial.state.name,
-        trial_note(trial),
+        trial_note(trial) or (not_run if trial.state == TrialState.WAITING else ""),
     ]

@@ -43,6 +43,12 @@ def plan_sweep(
     if (s.seeds > 1 or s.race) and "seed" in space.params:
         raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
     sampler = choose_sampler(s.sampler, space, s.n_trials, s.seed)
+    if s.terminator and sampler.is_grid:
+        raise SweepError(
+            "hydra.sweeper.terminator=true: only a search (tpe, gp, random, cmaes) can stop "
+            "early; a grid runs each of its points once (give a range, e.g. "
+            "lr='tag(log, interval(1e-4,1e-2))')"
+        )
     name = s.study_name or default_study_name(space, sampler, s)
     checked = check_points(config_loader, master_config, space)
     log.info("Checked %d configurations of the search space", checked)

@@ -34,6 +34,7 @@ class Tag:
     VERDICT = "sweeper.verdict"
     RESUMED_FROM_STEP = "sweeper.resumed_from_step"  # a retried run continued from a checkpoint
     RACE = "sweeper.race"  # seeds=auto: why the configuration got the seeds it got
+    STOPPED = "sweeper.stopped"  # terminator=true: why the study stopped before n_trials
 
 
 class Role:
@@ -73,6 +74,7 @@ class StudyAttr:
     MLFLOW_TRACKING_URI = "mlflow_tracking_uri"
     MLFLOW_EXPERIMENT = "mlflow_experiment"
     MLFLOW_PARENT_RUN_ID = "mlflow_parent_run_id"  # written last: joining workers wait for it
+    STOPPED = "stopped"  # terminator=true: why the study stopped before n_trials, one line
 
 
 # The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE and GP

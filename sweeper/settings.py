@@ -31,6 +31,8 @@ class SweepSettings:
     seeds: int  # seeds each configuration starts with (all it gets, unless racing)
     race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweeper/racing.py)
     max_seeds: int
+    terminator: bool  # stop a search once nothing more is to gain (sweeper/terminator.py)
+    terminator_min_trials: int
     n_jobs: int
     max_failure_rate: float
     max_grid_size: int
@@ -72,6 +74,14 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         conf.max_seeds,
         f"must be >= {MIN_SEEDS} (every raced configuration gets {MIN_SEEDS} seeds)",
     )
+    least = conf.terminator_min_trials
+    _require(least >= 2, "terminator_min_trials", least, "must be >= 2 (a fit needs 2 points)")
+    _require(
+        not conf.terminator or least <= conf.n_trials,
+        "terminator_min_trials",
+        least,
+        f"must be <= n_trials={conf.n_trials}, or the terminator never looks",
+    )
     _require(conf.n_jobs >= 1, "n_jobs", conf.n_jobs, "must be >= 1")
     rate = conf.max_failure_rate
     _require(0 <= rate <= 1, "max_failure_rate", rate, "must be in [0, 1]")
@@ -107,6 +117,8 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         seeds=MIN_SEEDS if race else conf.seeds,
         race=race,
         max_seeds=conf.max_seeds,
+        terminator=bool(conf.terminator),
+        terminator_min_trials=least,
         n_jobs=conf.n_jobs,
         max_failure_rate=rate,
         max_grid_size=conf.max_grid_size,

@@ -31,13 +31,13 @@ from optuna.trial import Trial, TrialState
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
-from sweeper import racing, records, recovery, runs, slots
+from sweeper import racing, records, recovery, runs, slots, terminator
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
-from sweeper.records import BREACH_CONSTRAINT, Replicate, State, Tag, TrialAttr
+from sweeper.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from sweeper.replicates import combine, seeds_of
 from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
@@ -129,6 +129,9 @@ class SweepRunner:
         )
         spec = StudySpec(self.name, self.space, self.sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
+        if not self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
+            study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
+            say(f"[sweep {self.name}] terminator=false: the study runs on past its stop")
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
         seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
         say(
@@ -167,7 +170,9 @@ class SweepRunner:
         self.best_written = None  # the tuned file's notes carry the final verdict
         self._update_tuned(study)
         print(final_table(study, verdict), flush=True)
-        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        stopped = study.user_attrs.get(StudyAttr.STOPPED)
+        line = progress_line(study, self.sampler.planned, self.s.maximize)
+        say(f"{line}; {stopped}" if stopped else line)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -235,6 +240,8 @@ class SweepRunner:
             if flight is not None and not flight.stop:
                 flight.started += 1
                 return job
+        if self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
+            return None  # nothing more to gain (any worker may have found it): take no slot
         trial = slots.take(study, self.s.storage, self.space.distributions)
         if trial is None:
             return None
@@ -315,8 +322,30 @@ class SweepRunner:
         del self.in_flight[flight.trial.number]
         self._tell(study, flight, step.why if step else "")
         say(progress_line(study, self.sampler.planned, self.s.maximize))
+        self._stop_if_nothing_to_gain(study)
         self._update_tuned(study)
         self._look_again(study, pending)
+
+    def _stop_if_nothing_to_gain(self, study: optuna.Study) -> None:
+        """terminator=true: once the best cannot plausibly be beaten by more than its noise,
+        record why on the study (every worker reads it before taking a slot) and its MLflow
+        run; configurations already started finish, queued slots stay queued."""
+        if not self.s.terminator or study.user_attrs.get(StudyAttr.STOPPED):
+            return
+        if not slots.Counts.of(study).waiting:  # nothing left to stop
+            return
+        reason = terminator.stop_reason(
+            study.get_trials(deepcopy=False),
+            self.s.maximize,
+            self.s.terminator_min_trials,
+            self.sampler.planned,
+            self.s.seed,
+        )
+        if reason is None:
+            return
+        study.set_user_attr(StudyAttr.STOPPED, reason)
+        tracking_client(runs.tracking_uri()).set_tag(self.parent_run_id, Tag.STOPPED, reason)
+        say(f"[sweep {self.name}] {reason}")
 
     def _look_again(self, study: optuna.Study, pending: deque) -> None:
         """A leader held for the configurations still to come looks again."""

@@ -71,6 +71,15 @@ class GRPOSweeperConf:
     # Most seeds one configuration gets with seeds=auto; the verdict calls configurations
     # still not separated at this many seeds a tie and says how many more it would take.
     max_seeds: int = 5
+    # Searches (tpe, gp, random, cmaes) only: end the study before n_trials once the best
+    # configuration cannot plausibly be beaten by more than its noise: Optuna's regret bound
+    # (how much better any untried point could plausibly be) below the best's standard error
+    # (over its seeds, or over eval problems with one seed). sweeper/terminator.py says why
+    # these two; the reason is recorded on the study, its MLflow run and in the verdict.
+    terminator: bool = False
+    # Completed configurations before the terminator looks: the regret bound comes from a
+    # Gaussian process fitted to them, which a handful of points cannot pin down.
+    terminator_min_trials: int = 5
 
     # --- where the study lives ---
     storage: str = "sqlite:///sweeps.db"  # Optuna RDB URL; PostgreSQL to share across hosts

@@ -1,0 +1,78 @@
+"""Stop a search when nothing more is to gain (`hydra.sweeper.terminator=true`).
+
+Optuna's terminator rule (Makarova et al. 2022, "Automatic Termination for Hyperparameter
+Optimization"): a Gaussian process fitted to the best configurations bounds how much better
+than the current best any configuration of the space could plausibly be (the regret bound,
+`optuna.terminator.RegretBoundEvaluator`); once that bound is below the noise of the best
+configuration's own value, another trial cannot find a difference the verdict could tell
+apart, and the search stops.
+
+The noise is what the sweep already measures (sweeper/records.py `Replicate`): the standard
+error of the best configuration's mean over its seeds when it has 2 or more (run-to-run noise,
+what a rerun would move), else its eval's standard error over problems (the only noise one
+seed has; smaller than run-to-run noise, so with one seed the rule stops later, not sooner).
+Optuna's CrossValidationErrorEvaluator plays the same part for cross-validation folds.
+
+The evaluators are called here rather than through `optuna.terminator.Terminator`, whose
+`should_terminate` returns a bare bool: the numbers go into the recorded reason.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.terminator import RegretBoundEvaluator
+from optuna.trial import FrozenTrial, TrialState
+
+from sweeper import records
+from sweeper.records import State
+from trainer.rl_math import mean_and_stderr
+
+
+def best_noise(best: FrozenTrial) -> tuple[float | None, str]:
+    """The standard error of the best configuration's value and what it is over (None:
+    nothing measured it)."""
+    seeds = [r for r in records.replicates(best) if r.state == State.COMPLETE]
+    values = [r.value for r in seeds if records.finite_or_none(r.value) is not None]
+    if len(values) >= 2:
+        return mean_and_stderr(values)[1], f"over its {len(values)} seeds"
+    if len(seeds) == 1:
+        return records.finite_or_none(seeds[0].stderr), "over its eval problems"
+    return None, ""
+
+
+def stop_reason(
+    trials: Sequence[FrozenTrial], maximize: bool, min_trials: int, planned: int, seed: int | None
+) -> str | None:
+    """Why the search should stop now (one line), or None to go on.
+
+    Only completed configurations count: a pruned one has no value (the health constraint
+    already teaches the sampler where runs break), a running one none yet.
+    """
+    done = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and records.finite_or_none(t.value) is not None
+    ]
+    if len(done) < min_trials:
+        return None
+    best = records.best_trial(done, maximize)
+    noise, over = best_noise(best)
+    if noise is None or noise == 0:  # an exact objective: any gain is real, never stop on it
+        return None
+    direction = StudyDirection.MAXIMIZE if maximize else StudyDirection.MINIMIZE
+    with warnings.catch_warnings():  # RegretBoundEvaluator is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        bound = RegretBoundEvaluator(min_n_trials=min_trials, seed=seed).evaluate(done, direction)
+    if not math.isfinite(bound) or bound >= noise:
+        return None
+    return (
+        f"stopped after {len(done)} completed configurations of {planned} planned: the best, "
+        f"t{best.number} "
+        f"({best.value:.4g}), cannot plausibly be beaten by more than its noise (regret bound "
+        f"{bound:.3g} < its standard error {over}, {noise:.3g})"
+    )
