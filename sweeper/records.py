@@ -77,9 +77,10 @@ class StudyAttr:
     STOPPED = "stopped"  # terminator=true: why the study stopped before n_trials, one line
 
 
-# The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE and GP
-# rank an infeasible trial after every feasible one, so they learn where runs break, rather
-# than read a pruned trial's early eval as a fair score.
+# The Optuna constraint a health-pruned trial is told with (Trial.set_constraint): TPE ranks an
+# infeasible trial after every feasible one. bench/HEALTH.md ("Breaches as constraints") found
+# that this changes no TPE sample (a pruned trial ranks after every completed one anyway) and
+# that GPSampler reads constraints of completed trials only.
 BREACH_CONSTRAINT = "health_breach"
 
 

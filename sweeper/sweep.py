@@ -385,7 +385,7 @@ class SweepRunner:
         elif out.state == State.PRUNED:
             if out.breach is not None:
                 trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
-                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # the sampler learns it is unsafe
+                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
             study.tell(trial, state=TrialState.PRUNED)
         else:
             log.warning("t%d failed: %s", trial.number, out.reason)

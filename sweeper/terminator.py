@@ -19,6 +19,7 @@ The evaluators are called here rather than through `optuna.terminator.Terminator
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper import records
 from sweeper.records import State
 from trainer.rl_math import mean_and_stderr
+
+log = logging.getLogger(__name__)
 
 
 def best_noise(best: FrozenTrial) -> tuple[float | None, str]:
@@ -65,9 +68,14 @@ def stop_reason(
     if noise is None or noise == 0:  # an exact objective: any gain is real, never stop on it
         return None
     direction = StudyDirection.MAXIMIZE if maximize else StudyDirection.MINIMIZE
-    with warnings.catch_warnings():  # RegretBoundEvaluator is marked experimental
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        bound = RegretBoundEvaluator(min_n_trials=min_trials, seed=seed).evaluate(done, direction)
+    try:
+        with warnings.catch_warnings():  # RegretBoundEvaluator is marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            evaluator = RegretBoundEvaluator(min_n_trials=min_trials, seed=seed)
+            bound = evaluator.evaluate(done, direction)
+    except ValueError as e:  # e.g. no parameter common to every trial: no fit, so go on
+        log.warning("terminator: cannot bound the regret (%s); the study goes on", e)
+        return None
     if not math.isfinite(bound) or bound >= noise:
         return None
     return (
