@@ -275,7 +275,7 @@ def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
     interrupted, completed = study.trials[:2], study.trials[2:]
     assert [t.state.name for t in interrupted] == ["FAIL", "FAIL"]
     assert interrupted[0].user_attrs["fail_reason"].startswith("interrupted (Ctrl-C)")
-    assert interrupted[1].user_attrs["fail_reason"].startswith("interrupted: its sweeper stopped")
+    assert interrupted[1].user_attrs["fail_reason"].startswith("lost: its sweeper stopped")
     assert runs[interrupted[0].user_attrs["mlflow_run_id"]].info.status == "KILLED"
     assert runs[interrupted[1].user_attrs["mlflow_run_id"]].info.status == "FAILED"
     # every grid point completed exactly once; the interrupted points ran again

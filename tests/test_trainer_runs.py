@@ -34,13 +34,16 @@ def test_held_out_reward_rises_above_baseline(tmp_path, composed, new_recorder):
 def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
     recorder = new_recorder()
     train(composed(*SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
-    evals = {"eval/reward/mean", "eval/reward/stderr", "eval/greedy/mean", "eval/greedy/stderr"}
+    evals = {
+        "eval/reward/mean", "eval/reward/stderr", "eval/greedy/mean", "eval/greedy/stderr",
+        "eval/truncated",
+    }  # fmt: skip
     expected = {
-        "reward/mean", "reward/std", "groups/frac_mixed", "groups/frac_all_good",
-        "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2", "kl_pre_post_v1",
-        "kl_pre_post_v2", "entropy", "kl_policy_ref", "loss", "grad_norm", "lr", "time/sample_s",
-        "time/train_s", "time/forward_backward_s", "time/optimizer_s", "throughput/rollouts_per_s",
-        *evals,
+        "reward/mean", "reward/std", "reward/exact_match", "groups/frac_mixed",
+        "groups/frac_all_good", "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2",
+        "kl_pre_post_v1", "kl_pre_post_v2", "entropy", "kl_policy_ref", "loss", "grad_norm", "lr",
+        "time/sample_s", "time/train_s", "time/forward_backward_s", "time/optimizer_s",
+        "time/reference_s", "time/post_kl_s", "throughput/rollouts_per_s", *evals,
     }  # fmt: skip
     assert set(recorder.steps[2]) == expected  # the last step evaluates too
     assert set(recorder.steps[1]) == expected - evals
