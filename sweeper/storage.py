@@ -63,10 +63,16 @@ class ResilientRDBStorage(RDBStorage):
     a failover): the trial in flight waits for the server instead of failing."""
 
 
-# Every call that reaches the database (BaseStorage's API, the heartbeats).
+# Every call that reaches the database: BaseStorage's API, the heartbeats, and the private
+# methods Optuna's _CachedStorage (which load_study puts in front of an RDB storage) calls on
+# its backend directly. A retried call within a retried call does not wait twice.
 for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
     "record_heartbeat",
     "_get_stale_trial_ids",
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_trials",
 ]:
     if callable(getattr(RDBStorage, _name)):
         method = getattr(RDBStorage, _name)

@@ -15,6 +15,7 @@ with `save_every` set, the point resumes from its last checkpoint.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import deque
@@ -115,7 +116,11 @@ class SweepRunner:
             return self._sweep()
         except DatabaseUnreachable as e:  # the trials in flight are queued again on resume
             stop_child_processes()
-            raise SweepError(f"{e}; resume with the same command once it is back") from None
+            # Nothing more can be recorded: leave at once, so that no job thread still waiting
+            # on the database speaks after this line (an orderly exit joins those threads).
+            print(f"error: {e}; resume with the same command once it is back", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(1)
 
     def _sweep(self) -> list[JobReturn]:
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
