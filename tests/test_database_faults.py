@@ -46,12 +46,16 @@ def finished(worker: subprocess.Popen, timeout: float = 600) -> str:
     return worker.communicate(timeout=timeout)[1]
 
 
-def wait_for_checkpoint(root: Path, step: int, seen: int = 0, timeout: float = 300) -> None:
-    """Until more than `seen` trials under root saved the checkpoint of `step`."""
+def wait_for_checkpoint(
+    root: Path, step: int, worker: subprocess.Popen | None = None, timeout: float = 300
+) -> None:
+    """Until a trial under root saved the checkpoint of `step` (failing at once, with its
+    error, if the worker ended first)."""
     pattern = f"*/multirun/*/*/t*/checkpoints/step_{step:06d}/state.pt"
     deadline = time.monotonic() + timeout
-    while len(list(root.glob(pattern))) <= seen:
-        assert time.monotonic() < deadline, f"no new checkpoint of step {step} under {root}"
+    while not list(root.glob(pattern)):
+        assert worker is None or worker.poll() is None, finished(worker)[-3000:]
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} under {root}"
         time.sleep(0.2)
 
 
@@ -136,23 +140,44 @@ def test_a_server_restarted_twice_under_two_workers_loses_no_configuration(
     assert_interrupted_points_resumed(trials)
 
 
+PAUSES_MID_RUN = '''
+import os
+import time
+
+from trainer.tasks import AdditionTask
+
+
+class PausesMidRun(AdditionTask):
+    """Holds its run before the 6th batch (past the step-3 checkpoint) until the release file
+    exists: the run is surely in flight when the test takes the database away."""
+
+    batches = 0
+
+    def train_problems(self, n, rng):
+        PausesMidRun.batches += 1
+        if PausesMidRun.batches == 6:
+            while not os.path.exists(os.environ["RELEASE_FILE"]):
+                time.sleep(0.1)
+        return super().train_problems(n, rng)
+'''
+
+
 @pytest.mark.postgres
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flake (about 1 run in 5): the point lost to the outage sometimes restarts "
-    "from step 0 instead of its step-3 checkpoint (resumed_from_step is None); issue 31 stays "
-    "open for it",
-)
 def test_a_server_that_stays_down_stops_the_worker_and_the_same_command_resumes(
     own_postgres,  # noqa: F811
     tmp_path,
 ):
+    (tmp_path / "pauses.py").write_text(PAUSES_MID_RUN)
+    release = tmp_path / "release"
+    env = {"RELEASE_FILE": str(release), "PYTHONPATH": _with_path(tmp_path)}
     storage, tracking = own_postgres.database("optuna"), own_postgres.database("mlflow")
-    args = ["group_size=2,4", *RESUMABLE, "hydra.sweeper.db_retry_seconds=3"]
-    worker = start(tmp_path / "w0", storage, tracking, *args)
-    wait_for_checkpoint(tmp_path, step=3)
+    args = ["group_size=2,4", *RESUMABLE, "hydra.sweeper.db_retry_seconds=3",
+            "task._target_=pauses.PausesMidRun"]  # fmt: skip
+    worker = start(tmp_path / "w0", storage, tracking, *args, env=env)
+    wait_for_checkpoint(tmp_path, step=3, worker=worker)
     own_postgres.pg_ctl("stop", "-m", "fast")
     stopped = time.monotonic()
+    release.touch()
     stderr = finished(worker, timeout=120)
     assert time.monotonic() - stopped < 60  # the retry window (twice at most), not minutes
     assert worker.returncode == 1
@@ -162,11 +187,15 @@ def test_a_server_that_stays_down_stops_the_worker_and_the_same_command_resumes(
 
     own_postgres.pg_ctl("start")
     time.sleep(5)  # past the heartbeat's grace period: the trial in flight is found stale
-    again = start(tmp_path / "w0", storage, tracking, *args)
+    again = start(tmp_path / "w0", storage, tracking, *args, env=env)
     stderr = finished(again)
     assert again.returncode == 0, stderr[-3000:]
     trials = assert_every_point_complete_once(storage, tracking, points=2)
-    assert assert_interrupted_points_resumed(trials) >= 1
+    assert assert_interrupted_points_resumed(trials) == 1
+
+
+def _with_path(folder: Path) -> str:
+    return f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
 
 
 KILLS_ITS_WORKER = '''
@@ -194,7 +223,7 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
          "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1"],
         cwd=tmp_path,
         env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
-             "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+             "PYTHONPATH": _with_path(tmp_path)},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
