@@ -18,7 +18,7 @@ from statistics import mean, median
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from analysis.load import StudyData, TrialRecord
-from sweeper.records import StudyAttr
+from analysis.records import StudyAttr
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.load import StudyData
+from analysis.records import StudyAttr
 from analysis.report import STATE_ORDER, show_num, show_value
-from sweeper.records import StudyAttr
-from sweeper.text import text_table
+from analysis.text import text_table
 
 
 def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:

@@ -4,7 +4,7 @@ Reads only what a sweep saved: the Optuna storage and the MLflow tracking store.
 value the report shows has one source here, with a fallback for a study still running or
 killed (a trial's `steps_run` and `baseline_reward` are written when it ends, so for a
 running trial they come from its MLflow histories instead). Every key comes from
-sweeper/records.py, the contract the sweep writes by. MLflow being absent or
+analysis/records.py, the contract the sweep writes by. MLflow being absent or
 unreachable is a note, not an error: the Optuna side alone still makes a leaderboard.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper import records
-from sweeper.records import (
+from analysis import records
+from analysis.records import (
     DEFAULT_EXPERIMENT,
     Replicate,
     Role,
@@ -31,7 +31,7 @@ from sweeper.records import (
     absolute_url,
     sqlite_path,
 )
-from sweeper.text import first_line
+from trainer.errors import first_line
 from trainer.metrics import ENTROPY, EVAL_REWARD, KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2, REWARD
 
 DEFAULT_OBJECTIVE = EVAL_REWARD

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
-from sweeper.records import StudyAttr
+from analysis.records import StudyAttr
 
 MIN_TRIALS_FOR_IMPORTANCE = 5  # fANOVA on fewer completed trials ranks noise
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry

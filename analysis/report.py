@@ -16,9 +16,9 @@ from typing import Any
 from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
+from analysis.records import StudyAttr
+from analysis.text import text_table
 from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
-from sweeper.records import StudyAttr
-from sweeper.text import text_table
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
+from analysis.records import TrialAttr
 from analysis.report import no_best_message, study_verdict
-from sweeper.records import TrialAttr
 
 
 def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:

@@ -14,10 +14,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
+from analysis import records, stats
+from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
-from sweeper import racing, records
-from sweeper.records import StudyAttr, TrialAttr
+from sweeper import racing
 from sweeper.space import show
 from trainer.rl_math import mean_and_stderr
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import optuna
 
+from analysis import records
 from analysis.verdict import Config, Seed, verdict
-from sweeper import records
 from sweeper.racing import HOLD, SEED, STOP, Entry, decide
 from sweeper.replicates import MIN_SEEDS
 from trainer.rl_math import mean_and_stderr

@@ -7,6 +7,8 @@ import sys
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from analysis.records import StudyAttr, best_trial, trial_note
+from analysis.text import text_table
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
@@ -14,10 +16,8 @@ from analysis.verdict import (
     interval_cells,
     sweep_verdict,
 )
-from sweeper.records import StudyAttr, best_trial, trial_note
 from sweeper.slots import Counts
 from sweeper.space import show_value
-from sweeper.text import text_table
 
 
 def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:

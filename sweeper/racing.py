@@ -29,9 +29,8 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from sweeper import records
-from sweeper.records import State
+from analysis import records, stats
+from analysis.records import State
 from sweeper.replicates import MIN_SEEDS
 
 FAMILY_LEVEL = stats.LEVEL  # the level over all looks of one configuration together

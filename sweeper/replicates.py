@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from sweeper.records import Replicate, State
+from analysis.records import Replicate, State
 
 # Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/racing.py):
 # one seed has no run-to-run variance, so nothing is eliminated on it.

@@ -30,23 +30,24 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 from optuna.trial import Trial, TrialState
 
+from analysis import records
+from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
-from sweeper import racing, records, recovery, runs, slots, terminator
+from sweeper import racing, recovery, runs, slots, terminator
 from sweeper.devices import DevicePool
 from sweeper.display import final_table, progress_line, say, study_verdict
 from sweeper.errors import SweepError
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
-from sweeper.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from sweeper.replicates import combine, seeds_of
 from sweeper.space import format_value, show
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, exclusive, open_storage
 from sweeper.study import StudySpec, open_study
-from sweeper.text import fail_reason
 from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.database import DatabaseUnreachable, set_retry_window
+from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client
 from trainer.validation import ConfigError
 

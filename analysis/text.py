@@ -1,21 +1,8 @@
-"""Text a person reads: one-line errors and aligned tables, shared by the sweeper and analysis."""
+"""Aligned text tables, for the sweeper's summary and the analysis report alike."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from trainer.validation import first_line
-
-__all__ = ["fail_reason", "first_line", "text_table"]
-
-
-def fail_reason(error: BaseException) -> str:
-    """A failed trial's `fail_reason`: the exception type and its first line."""
-    return (
-        f"{type(error).__name__}: {first_line(error)}"
-        if str(error).strip()
-        else type(error).__name__
-    )
 
 
 def text_table(rows: Sequence[Sequence[str]]) -> str:
