@@ -17,7 +17,6 @@ from optuna.trial import FrozenTrial, TrialState
 from analysis import records, stats
 from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
-from sweeper import racing
 from sweeper.space import show
 from trainer.rl_math import mean_and_stderr
 
@@ -168,14 +167,14 @@ def verdict(
 
 def racing_level(max_seeds: int | None) -> float:
     """The level differences are judged at: the race's corrected one when seeds raced."""
-    return stats.LEVEL if max_seeds is None else racing.look_level(max_seeds)
+    return stats.LEVEL if max_seeds is None else stats.look_level(max_seeds)
 
 
 def _more_needed(a: Config, b: Config, max_seeds: int | None) -> str:
     """What it would take to separate two tied configurations."""
     if max_seeds is None or min(len(a.values), len(b.values)) < 2:
         return "run more seeds (hydra.sweeper.seeds) or a larger eval (task.eval_size)"
-    need = racing.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
+    need = stats.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
     if not math.isfinite(need):
         return "their means are equal: no number of seeds separates them"
     return (
@@ -191,7 +190,7 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
     fixed = len(configs) * max_seeds
     return (
         f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "
-        f"{racing.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
+        f"{stats.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
         f"configuration would take {fixed}. {each}."
     )
 

@@ -16,10 +16,6 @@ from typing import Any
 
 from analysis.records import Replicate, State
 
-# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/racing.py):
-# one seed has no run-to-run variance, so nothing is eliminated on it.
-MIN_SEEDS = 2
-
 
 @dataclass(frozen=True)
 class ConfigOutcome:
