@@ -11,7 +11,6 @@ unreachable is a note, not an error: the Optuna side alone still makes a leaderb
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +31,13 @@ from analysis.records import (
     sqlite_path,
 )
 from trainer.errors import first_line
-from trainer.metrics import ENTROPY, EVAL_REWARD, KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2, REWARD
+from trainer.metrics import (
+    ENTROPY,
+    EVAL_REWARD,
+    KL_PRE_POST_V2,
+    KL_SAMPLE_TRAIN_V2,
+    REWARD,
+)
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
@@ -310,7 +315,3 @@ def fill_from_histories(data: StudyData) -> None:
 
 
 # --- the tidy table -------------------------------------------------------------------
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)

@@ -19,6 +19,7 @@ from analysis.plots import FIGURES, draw_all
 from analysis.records import StudyAttr
 from analysis.text import text_table
 from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
+from trainer.metrics import is_finite_number
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 
@@ -32,7 +33,7 @@ def ranked(data: StudyData) -> list[TrialRecord]:
 
     def key(t: TrialRecord) -> tuple:
         score = t.value if t.value is not None else t.last_eval
-        score = sign * score if _finite(score) else math.inf
+        score = sign * score if is_finite_number(score) else math.inf
         return (STATE_ORDER.get(t.state, 9), score, t.number)
 
     return sorted(data.trials, key=key)
@@ -190,11 +191,7 @@ def show_value(value: Any) -> str:
 
 
 def show_num(value: Any, digits: int) -> str:
-    return f"{value:.{digits}g}" if _finite(value) else "-"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+    return f"{value:.{digits}g}" if is_finite_number(value) else "-"
 
 
 def _e(text: Any) -> str:

@@ -18,6 +18,7 @@ from analysis import records, stats
 from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
 from sweeper.space import show
+from trainer.metrics import is_finite_number
 from trainer.rl_math import mean_and_stderr
 
 
@@ -39,7 +40,7 @@ class Config:
 
     @property
     def values(self) -> list[float]:
-        return [s.value for s in self.seeds if _finite(s.value)]
+        return [s.value for s in self.seeds if is_finite_number(s.value)]
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def summarize(config: Config) -> Summary:
         return Summary(config, stats.Interval(math.nan, math.nan, math.nan, "no completed seed"))
     if len(values) >= 2:
         return Summary(config, stats.t_interval(values))
-    stderr = next((s.stderr for s in config.seeds if _finite(s.value)), None)
+    stderr = next((s.stderr for s in config.seeds if is_finite_number(s.value)), None)
     return Summary(config, stats.normal_interval(values[0], stderr))
 
 
@@ -197,7 +198,7 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
 
 def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
     """First of all: no configuration moved off its baseline by more than its noise."""
-    with_baseline = [s for s in ranked if _finite(s.config.baseline) and s.interval.known]
+    with_baseline = [s for s in ranked if is_finite_number(s.config.baseline) and s.interval.known]
     if not with_baseline or len(with_baseline) < len(ranked):
         return []
     moved = [s for s in with_baseline if not s.interval.low <= s.config.baseline <= s.interval.high]
@@ -254,7 +255,7 @@ def _signed(i: Interval, sign: int) -> Interval:
 
 
 def _per_problem(c: Config) -> list[float] | None:
-    seeds = [s for s in c.seeds if _finite(s.value) and s.per_problem]
+    seeds = [s for s in c.seeds if is_finite_number(s.value) and s.per_problem]
     return list(seeds[0].per_problem) if len(seeds) == 1 else None
 
 
@@ -266,8 +267,4 @@ def _stderr(c: Config) -> float | None:
     """Seed-to-seed with several seeds, else the one seed's eval stderr."""
     if len(c.values) >= 2:
         return mean_and_stderr(c.values)[1]
-    return next((s.stderr for s in c.seeds if _finite(s.value)), None)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+    return next((s.stderr for s in c.seeds if is_finite_number(s.value)), None)
