@@ -17,7 +17,7 @@ from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
 from analysis.records import StudyAttr
-from analysis.text import text_table
+from analysis.text import show_cell, show_num, text_table
 from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
 from trainer.metrics import is_finite_number
 
@@ -45,14 +45,14 @@ def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
     summaries = {s.label: s for s in study_verdict(data).ranked}
     rows = []
     for t in ranked(data):
-        params = [show_value(t.params.get(n)) for n in names]
+        params = [show_cell(t.params.get(n)) for n in names]
         rows.append(
             [
                 f"t{t.number}",
                 *params,
                 *interval_cells(summaries.get(f"t{t.number}")),
                 t.state,
-                show_value(t.steps_run),
+                show_cell(t.steps_run),
                 show_num(t.final_kl, 3),
                 show_num(t.baseline, 3),
                 t.note or ("ended below its baseline" if below_baseline(t, data.maximize) else ""),
@@ -90,7 +90,7 @@ def study_verdict(data: StudyData) -> Verdict:
 def health_rules(data: StudyData) -> str:
     rules = data.attrs.get(StudyAttr.HEALTH_RULES)
     if rules is None:
-        return f"{data.kl_metric} > {show_value(data.kl_threshold)}"
+        return f"{data.kl_metric} > {show_cell(data.kl_threshold)}"
     return ", ".join(r.get("name", "?") for r in rules) or "none (no pruning on health)"
 
 
@@ -180,18 +180,6 @@ def advice_text(advice: Sequence[Advice]) -> str:
     if not advice:
         return "What to try next: no rule of thumb fired."
     return "What to try next:\n" + "\n".join(f"  - {a.title}: {a.why}" for a in advice)
-
-
-def show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def show_num(value: Any, digits: int) -> str:
-    return f"{value:.{digits}g}" if is_finite_number(value) else "-"
 
 
 def _e(text: Any) -> str:

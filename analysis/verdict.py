@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from analysis import records, stats
 from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
-from sweeper.space import show
+from analysis.text import show
 from trainer.metrics import is_finite_number
 from trainer.rl_math import mean_and_stderr
 

@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.records import StudyAttr, best_trial, trial_note
-from analysis.text import text_table
+from analysis.text import show_value, text_table
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
@@ -17,7 +17,6 @@ from analysis.verdict import (
     sweep_verdict,
 )
 from sweeper.slots import Counts
-from sweeper.space import show_value
 
 
 def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:

@@ -32,6 +32,7 @@ from optuna.trial import Trial, TrialState
 
 from analysis import records
 from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
+from analysis.text import show
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
 from sweeper import racing, recovery, runs, slots, terminator
@@ -41,7 +42,7 @@ from sweeper.errors import SweepError
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
 from sweeper.replicates import combine, seeds_of
-from sweeper.space import format_value, show
+from sweeper.space import format_value
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, exclusive, open_storage
 from sweeper.study import StudySpec, open_study
