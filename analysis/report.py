@@ -18,7 +18,7 @@ from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
 from analysis.records import StudyAttr
 from analysis.text import show_cell, show_num, text_table
-from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
+from analysis.verdict import INTERVAL_HEADER, interval_cells, study_verdict
 from trainer.metrics import is_finite_number
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
@@ -42,7 +42,7 @@ def ranked(data: StudyData) -> list[TrialRecord]:
 def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
     names = data.param_names
     header = ["trial", *names, *INTERVAL_HEADER, "state", "steps", "final KL", "baseline", "note"]
-    summaries = {s.label: s for s in study_verdict(data).ranked}
+    summaries = {s.label: s for s in study_verdict(data.study, data.attrs, data.maximize).ranked}
     rows = []
     for t in ranked(data):
         params = [show_cell(t.params.get(n)) for n in names]
@@ -75,16 +75,10 @@ def summary_lines(data: StudyData) -> list[str]:
         f"Objective: {data.direction} {data.objective}; health rules: {health_rules(data)}",
     ]
     if data.best() is not None:
-        lines += study_verdict(data).lines
+        lines += study_verdict(data.study, data.attrs, data.maximize).lines
     else:
         lines.append(no_best_message(data))
     return lines
-
-
-def study_verdict(data: StudyData) -> Verdict:
-    """The verdict from the study's completed configurations and their seeds."""
-    trials = data.study.get_trials(deepcopy=False) if data.study is not None else []
-    return sweep_verdict(trials, data.attrs, data.maximize)
 
 
 def health_rules(data: StudyData) -> str:

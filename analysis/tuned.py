@@ -13,7 +13,8 @@ from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
 from analysis.records import TrialAttr
-from analysis.report import no_best_message, study_verdict
+from analysis.report import no_best_message
+from analysis.verdict import study_verdict
 
 
 def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
@@ -54,6 +55,6 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     finally:
         GlobalHydra.instance().clear()
     trial = data.study.trials[number]
-    verdict = study_verdict(data).text
+    verdict = study_verdict(data.study, data.attrs, data.maximize).text
     notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction, verdict)
     return render_tuned(cfg, overrides, notes)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis import records, stats
@@ -86,6 +87,13 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
         race = t.user_attrs.get(TrialAttr.RACE, "")
         out.append(Config(f"t{t.number}", dict(t.params), seeds, baseline, race))
     return out
+
+
+def study_verdict(study: optuna.Study | None, attrs: Mapping[str, Any], maximize: bool) -> Verdict:
+    """The verdict of a study as stored (none to give when the study is gone); the sweep's
+    closing table, the report, its figures and the tuned file all ask this one."""
+    trials = study.get_trials(deepcopy=False) if study is not None else []
+    return sweep_verdict(trials, attrs, maximize)
 
 
 def sweep_verdict(

@@ -14,7 +14,6 @@ from analysis.verdict import (
     Summary,
     Verdict,
     interval_cells,
-    sweep_verdict,
 )
 from sweeper.slots import Counts
 
@@ -48,10 +47,6 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
     )
     rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
     return text_table([header, *rows]) + "\n\n" + verdict.text
-
-
-def study_verdict(study: optuna.Study, maximize: bool) -> Verdict:
-    return sweep_verdict(study.get_trials(deepcopy=False), study.user_attrs, maximize)
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:

@@ -33,11 +33,12 @@ from optuna.trial import Trial, TrialState
 from analysis import records
 from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from analysis.text import show
+from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
 from sweeper import racing, recovery, runs, slots, terminator
 from sweeper.devices import DevicePool
-from sweeper.display import final_table, progress_line, say, study_verdict
+from sweeper.display import final_table, progress_line, say
 from sweeper.errors import SweepError
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
@@ -172,7 +173,7 @@ class SweepRunner:
     def _finish(self, study: optuna.Study, status: str) -> None:
         trials = study.get_trials(deepcopy=False)
         best = records.best_trial(trials, self.s.maximize)
-        verdict = study_verdict(study, self.s.maximize)
+        verdict = study_verdict(study, study.user_attrs, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         self.best_written = None  # the tuned file's notes carry the final verdict
         self._update_tuned(study)
@@ -449,7 +450,7 @@ class SweepRunner:
             return
         overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        verdict = study_verdict(study, self.s.maximize).text
+        verdict = study_verdict(study, study.user_attrs, self.s.maximize).text
         notes = tuned_notes(
             self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
         )
