@@ -23,7 +23,6 @@ from omegaconf import DictConfig
 
 from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
-from sweeper.job_config import training_config
 from sweeper.pruning import TrialPruned, make_pruner
 from sweeper.runs import close_trial_run, trial_run_name
 from sweeper.storage import open_storage
@@ -33,6 +32,7 @@ from trainer.errors import fail_reason
 from trainer.health import HealthMonitor, rules_from_settings
 from trainer.metrics import EVAL_REWARD, stderr_of
 from trainer.run import train_and_log
+from trainer.sweep_job import training_config
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
 

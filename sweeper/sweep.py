@@ -33,6 +33,7 @@ from optuna.trial import Trial, TrialState
 from analysis import records
 from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from analysis.text import show
+from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
 from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
@@ -47,7 +48,6 @@ from sweeper.space import format_value
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, exclusive, open_storage
 from sweeper.study import StudySpec, open_study
-from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
 from analysis.records import TrialAttr
-from sweeper.job_config import BINDING_KEY
+from trainer.sweep_job import BINDING_KEY
 from trainer.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"
