@@ -20,9 +20,9 @@ from analysis.load import (
     mlflow_client,
     quick_mlflow,
 )
+from analysis.records import DEFAULT_STORAGE, StudyAttr
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
-from sweeper.records import DEFAULT_STORAGE, StudyAttr
-from sweeper.text import first_line
+from trainer.errors import first_line
 
 
 def main(argv: list[str] | None = None) -> int:

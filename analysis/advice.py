@@ -18,7 +18,8 @@ from statistics import mean, median
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from analysis.load import StudyData, TrialRecord
-from sweeper.records import StudyAttr
+from analysis.records import StudyAttr
+from trainer.metrics import is_finite_number
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
@@ -75,9 +76,9 @@ def ended_below_baseline(data: StudyData) -> Advice | None:
 
 def below_baseline(t: TrialRecord, maximize: bool = True) -> bool:
     """A completed trial whose objective ended below its baseline by more than its noise."""
-    if not (maximize and _finite(t.value) and _finite(t.baseline)):
+    if not (maximize and is_finite_number(t.value) and is_finite_number(t.baseline)):
         return False
-    noise = 2 * t.stderr if _finite(t.stderr) else 0.0
+    noise = 2 * t.stderr if is_finite_number(t.stderr) else 0.0
     return t.value < t.baseline - noise
 
 
@@ -101,7 +102,7 @@ def scarce_signal(data: StudyData) -> Advice | None:
 
 
 def baseline_fit(data: StudyData) -> Advice | None:
-    baselines = [t.baseline for t in data.trials if _finite(t.baseline)]
+    baselines = [t.baseline for t in data.trials if is_finite_number(t.baseline)]
     if not baselines:
         return None
     b = median(baselines)
@@ -175,7 +176,7 @@ def still_rising(data: StudyData) -> Advice | None:
 
 def no_gain(data: StudyData) -> Advice | None:
     best = data.best()
-    if best is None or not _finite(best.baseline) or data.direction != "maximize":
+    if best is None or not is_finite_number(best.baseline) or data.direction != "maximize":
         return None
     if best.value > best.baseline:
         return None
@@ -232,7 +233,3 @@ def _mean_metric(t: TrialRecord, metric: str) -> float | None:
 def _study_mean(data: StudyData, metric: str) -> float | None:
     values = [m for m in (_mean_metric(t, metric) for t in data.trials) if m is not None]
     return mean(values) if values else None
-
-
-def _finite(value) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)

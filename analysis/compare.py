@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.load import StudyData
-from analysis.report import STATE_ORDER, show_num, show_value
-from sweeper.records import StudyAttr
-from sweeper.text import text_table
+from analysis.records import StudyAttr
+from analysis.report import STATE_ORDER
+from analysis.text import show_cell, show_num, text_table
 
 
 def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:
@@ -31,7 +31,7 @@ def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:
     params = list(dict.fromkeys([*_params(best_a), *_params(best_b)]))
     for name in params:
         rows.append(
-            (name, show_value(_params(best_a).get(name)), show_value(_params(best_b).get(name)))
+            (name, show_cell(_params(best_a).get(name)), show_cell(_params(best_b).get(name)))
         )
     key = StudyAttr.FIXED_OVERRIDES
     fixed_a, fixed_b = a.attrs.get(key) or [], b.attrs.get(key) or []

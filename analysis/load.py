@@ -4,14 +4,13 @@ Reads only what a sweep saved: the Optuna storage and the MLflow tracking store.
 value the report shows has one source here, with a fallback for a study still running or
 killed (a trial's `steps_run` and `baseline_reward` are written when it ends, so for a
 running trial they come from its MLflow histories instead). Every key comes from
-sweeper/records.py, the contract the sweep writes by. MLflow being absent or
+analysis/records.py, the contract the sweep writes by. MLflow being absent or
 unreachable is a note, not an error: the Optuna side alone still makes a leaderboard.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,8 +19,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper import records
-from sweeper.records import (
+from analysis import records
+from analysis.records import (
     DEFAULT_EXPERIMENT,
     Replicate,
     Role,
@@ -31,8 +30,14 @@ from sweeper.records import (
     absolute_url,
     sqlite_path,
 )
-from sweeper.text import first_line
-from trainer.metrics import ENTROPY, EVAL_REWARD, KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2, REWARD
+from trainer.errors import first_line
+from trainer.metrics import (
+    ENTROPY,
+    EVAL_REWARD,
+    KL_PRE_POST_V2,
+    KL_SAMPLE_TRAIN_V2,
+    REWARD,
+)
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
@@ -310,7 +315,3 @@ def fill_from_histories(data: StudyData) -> None:
 
 
 # --- the tidy table -------------------------------------------------------------------
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)

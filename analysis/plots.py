@@ -22,7 +22,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
-from sweeper.records import StudyAttr
+from analysis.records import StudyAttr
+from analysis.verdict import study_verdict  # noqa: E402
 
 MIN_TRIALS_FOR_IMPORTANCE = 5  # fANOVA on fewer completed trials ranks noise
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
@@ -58,9 +59,7 @@ def seed_band(
 
 def config_intervals(data: StudyData) -> Figure | str:
     """Each completed configuration's mean objective with its 95% CI, best first."""
-    from analysis.report import study_verdict  # the report owns how a study's verdict is made
-
-    ranked = study_verdict(data).ranked
+    ranked = study_verdict(data.study, data.attrs, data.maximize).ranked
     if len(ranked) < 2:
         return "Fewer than two completed configurations: nothing to compare."
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ranked) + 3), 4.5))

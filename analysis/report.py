@@ -16,9 +16,10 @@ from typing import Any
 from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
-from analysis.verdict import INTERVAL_HEADER, Verdict, interval_cells, sweep_verdict
-from sweeper.records import StudyAttr
-from sweeper.text import text_table
+from analysis.records import StudyAttr
+from analysis.text import show_cell, show_num, text_table
+from analysis.verdict import INTERVAL_HEADER, interval_cells, study_verdict
+from trainer.metrics import is_finite_number
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 
@@ -32,7 +33,7 @@ def ranked(data: StudyData) -> list[TrialRecord]:
 
     def key(t: TrialRecord) -> tuple:
         score = t.value if t.value is not None else t.last_eval
-        score = sign * score if _finite(score) else math.inf
+        score = sign * score if is_finite_number(score) else math.inf
         return (STATE_ORDER.get(t.state, 9), score, t.number)
 
     return sorted(data.trials, key=key)
@@ -41,17 +42,17 @@ def ranked(data: StudyData) -> list[TrialRecord]:
 def leaderboard_rows(data: StudyData) -> tuple[list[str], list[list[str]]]:
     names = data.param_names
     header = ["trial", *names, *INTERVAL_HEADER, "state", "steps", "final KL", "baseline", "note"]
-    summaries = {s.label: s for s in study_verdict(data).ranked}
+    summaries = {s.label: s for s in study_verdict(data.study, data.attrs, data.maximize).ranked}
     rows = []
     for t in ranked(data):
-        params = [show_value(t.params.get(n)) for n in names]
+        params = [show_cell(t.params.get(n)) for n in names]
         rows.append(
             [
                 f"t{t.number}",
                 *params,
                 *interval_cells(summaries.get(f"t{t.number}")),
                 t.state,
-                show_value(t.steps_run),
+                show_cell(t.steps_run),
                 show_num(t.final_kl, 3),
                 show_num(t.baseline, 3),
                 t.note or ("ended below its baseline" if below_baseline(t, data.maximize) else ""),
@@ -74,22 +75,16 @@ def summary_lines(data: StudyData) -> list[str]:
         f"Objective: {data.direction} {data.objective}; health rules: {health_rules(data)}",
     ]
     if data.best() is not None:
-        lines += study_verdict(data).lines
+        lines += study_verdict(data.study, data.attrs, data.maximize).lines
     else:
         lines.append(no_best_message(data))
     return lines
 
 
-def study_verdict(data: StudyData) -> Verdict:
-    """The verdict from the study's completed configurations and their seeds."""
-    trials = data.study.get_trials(deepcopy=False) if data.study is not None else []
-    return sweep_verdict(trials, data.attrs, data.maximize)
-
-
 def health_rules(data: StudyData) -> str:
     rules = data.attrs.get(StudyAttr.HEALTH_RULES)
     if rules is None:
-        return f"{data.kl_metric} > {show_value(data.kl_threshold)}"
+        return f"{data.kl_metric} > {show_cell(data.kl_threshold)}"
     return ", ".join(r.get("name", "?") for r in rules) or "none (no pruning on health)"
 
 
@@ -179,22 +174,6 @@ def advice_text(advice: Sequence[Advice]) -> str:
     if not advice:
         return "What to try next: no rule of thumb fired."
     return "What to try next:\n" + "\n".join(f"  - {a.title}: {a.why}" for a in advice)
-
-
-def show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def show_num(value: Any, digits: int) -> str:
-    return f"{value:.{digits}g}" if _finite(value) else "-"
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def _e(text: Any) -> str:

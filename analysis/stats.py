@@ -21,6 +21,11 @@ from scipy import stats
 from trainer.rl_math import mean_and_stderr
 
 LEVEL = 0.95
+FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuration together
+
+# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/racing.py):
+# one seed has no run-to-run variance, so nothing is eliminated on it.
+MIN_SEEDS = 2
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,34 @@ def unpaired_difference(
         return Interval(diff, math.nan, math.nan, "no stderr logged")
     half = z_quantile(level) * math.hypot(se_a, se_b)
     return Interval(diff, diff - half, diff + half, "unpaired, eval stderrs")
+
+
+# The race's arithmetic (sweeper/racing.py decides with it; the verdict reports with it).
+def look_level(max_seeds: int) -> float:
+    """The per-look confidence level: Bonferroni over a configuration's possible looks."""
+    looks = max(1, max_seeds - MIN_SEEDS + 1)
+    return 1 - (1 - FAMILY_LEVEL) / looks
+
+
+def seeds_to_separate(a: Sequence[float], b: Sequence[float], level: float) -> float:
+    """Seeds each that would make the current difference of means significant at `level`,
+    if the means and the pooled spread stayed as they are (inf: no difference to find)."""
+    diff = abs(mean_of(a) - mean_of(b))
+    spread = math.sqrt((_var(a) + _var(b)) / 2)
+    if diff == 0:
+        return math.inf
+    if spread == 0:
+        return MIN_SEEDS
+    for n in range(MIN_SEEDS, 1000):
+        if t_quantile(2 * n - 2, level) * spread * math.sqrt(2 / n) < diff:
+            return n
+    return math.inf
+
+
+def mean_of(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _var(values: Sequence[float]) -> float:
+    m = mean_of(values)
+    return sum((v - m) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0

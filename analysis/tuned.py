@@ -1,7 +1,7 @@
 """`python -m analysis best`: the tuned YAML of a study's best trial.
 
-One renderer only: the sweeper's (`sweeper.tuned.write_tuned`). When the sweep exported
-`tuned/<study>.yaml` in this directory for the current best trial, that file is printed as
+One renderer only, the one the sweep writes with (`analysis.tuned_file.write_tuned`). When the
+sweep exported `tuned/<study>.yaml` in this directory for the current best trial, that file is printed as
 it is; otherwise (the sweep ran elsewhere, or the file is stale) the best trial's config is
 composed again from its recorded overrides with Hydra's compose API and handed to the same
 renderer.
@@ -12,13 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
-from analysis.report import no_best_message, study_verdict
-from sweeper.records import TrialAttr
+from analysis.records import TrialAttr
+from analysis.report import no_best_message
+from analysis.verdict import study_verdict
 
 
 def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
     """The YAML text `+tuned=<study>` composes back, for the best completed trial."""
-    from sweeper.tuned import tuned_path
+    from analysis.tuned_file import tuned_path
 
     best_study = data.study
     best = data.best()
@@ -40,8 +41,8 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import sweeper.job_config  # noqa: F401  (registers the config schemas before composing)
-    from sweeper.tuned import render_tuned, tuned_notes
+    import trainer.sweep_job  # noqa: F401  (registers the config schemas before composing)
+    from analysis.tuned_file import render_tuned, tuned_notes
     from trainer.config import config_dir
 
     conf = config_dir()
@@ -54,6 +55,6 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     finally:
         GlobalHydra.instance().clear()
     trial = data.study.trials[number]
-    verdict = study_verdict(data).text
+    verdict = study_verdict(data.study, data.attrs, data.maximize).text
     notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction, verdict)
     return render_tuned(cfg, overrides, notes)

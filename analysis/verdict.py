@@ -12,13 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
+from analysis import records, stats
+from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
-from sweeper import racing, records
-from sweeper.records import StudyAttr, TrialAttr
-from sweeper.space import show
+from analysis.text import show
+from trainer.metrics import is_finite_number
 from trainer.rl_math import mean_and_stderr
 
 
@@ -40,7 +41,7 @@ class Config:
 
     @property
     def values(self) -> list[float]:
-        return [s.value for s in self.seeds if _finite(s.value)]
+        return [s.value for s in self.seeds if is_finite_number(s.value)]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,13 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
     return out
 
 
+def study_verdict(study: optuna.Study | None, attrs: Mapping[str, Any], maximize: bool) -> Verdict:
+    """The verdict of a study as stored (none to give when the study is gone); the sweep's
+    closing table, the report, its figures and the tuned file all ask this one."""
+    trials = study.get_trials(deepcopy=False) if study is not None else []
+    return sweep_verdict(trials, attrs, maximize)
+
+
 def sweep_verdict(
     trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any], maximize: bool
 ) -> Verdict:
@@ -106,7 +114,7 @@ def summarize(config: Config) -> Summary:
         return Summary(config, stats.Interval(math.nan, math.nan, math.nan, "no completed seed"))
     if len(values) >= 2:
         return Summary(config, stats.t_interval(values))
-    stderr = next((s.stderr for s in config.seeds if _finite(s.value)), None)
+    stderr = next((s.stderr for s in config.seeds if is_finite_number(s.value)), None)
     return Summary(config, stats.normal_interval(values[0], stderr))
 
 
@@ -168,14 +176,14 @@ def verdict(
 
 def racing_level(max_seeds: int | None) -> float:
     """The level differences are judged at: the race's corrected one when seeds raced."""
-    return stats.LEVEL if max_seeds is None else racing.look_level(max_seeds)
+    return stats.LEVEL if max_seeds is None else stats.look_level(max_seeds)
 
 
 def _more_needed(a: Config, b: Config, max_seeds: int | None) -> str:
     """What it would take to separate two tied configurations."""
     if max_seeds is None or min(len(a.values), len(b.values)) < 2:
         return "run more seeds (hydra.sweeper.seeds) or a larger eval (task.eval_size)"
-    need = racing.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
+    need = stats.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
     if not math.isfinite(need):
         return "their means are equal: no number of seeds separates them"
     return (
@@ -191,14 +199,14 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
     fixed = len(configs) * max_seeds
     return (
         f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "
-        f"{racing.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
+        f"{stats.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
         f"configuration would take {fixed}. {each}."
     )
 
 
 def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
     """First of all: no configuration moved off its baseline by more than its noise."""
-    with_baseline = [s for s in ranked if _finite(s.config.baseline) and s.interval.known]
+    with_baseline = [s for s in ranked if is_finite_number(s.config.baseline) and s.interval.known]
     if not with_baseline or len(with_baseline) < len(ranked):
         return []
     moved = [s for s in with_baseline if not s.interval.low <= s.config.baseline <= s.interval.high]
@@ -255,7 +263,7 @@ def _signed(i: Interval, sign: int) -> Interval:
 
 
 def _per_problem(c: Config) -> list[float] | None:
-    seeds = [s for s in c.seeds if _finite(s.value) and s.per_problem]
+    seeds = [s for s in c.seeds if is_finite_number(s.value) and s.per_problem]
     return list(seeds[0].per_problem) if len(seeds) == 1 else None
 
 
@@ -267,8 +275,4 @@ def _stderr(c: Config) -> float | None:
     """Seed-to-seed with several seeds, else the one seed's eval stderr."""
     if len(c.values) >= 2:
         return mean_and_stderr(c.values)[1]
-    return next((s.stderr for s in c.seeds if _finite(s.value)), None)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+    return next((s.stderr for s in c.seeds if is_finite_number(s.value)), None)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import optuna
 
+from analysis import records
+from analysis.stats import MIN_SEEDS
 from analysis.verdict import Config, Seed, verdict
-from sweeper import records
 from sweeper.racing import HOLD, SEED, STOP, Entry, decide
-from sweeper.replicates import MIN_SEEDS
 from trainer.rl_math import mean_and_stderr
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -26,7 +26,7 @@ from pathlib import Path
 import optuna
 from optuna.distributions import FloatDistribution
 
-from sweeper import records
+from analysis import records
 from sweeper.terminator import stop_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"

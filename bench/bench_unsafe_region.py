@@ -10,7 +10,7 @@ unsafe region) and otherwise its seeds' values. A TPE study over lr on the grid'
 (the sweeper's sampler: TPESampler(seed), defaults) is replayed many times, each trial's lr
 answered by the nearest recorded lr (in log space): a breaking point is told PRUNED with its
 baseline as its step-0 value, as the sweeper records it, with the `health_breach` constraint
-(sweeper/records.py BREACH_CONSTRAINT, what the sweeper does) or without it (what it did
+(analysis/records.py BREACH_CONSTRAINT, what the sweeper does) or without it (what it did
 before); a safe point is told one of its seed values drawn at random. Reported per arm: trials
 sampled in the unsafe region (mean, sd over replays; RandomSampler as the floor) and the true mean (the landscape's) of the
 best trial's lr. Caveat to state with the numbers: nearest-point answers make the landscape a
@@ -31,8 +31,8 @@ from pathlib import Path
 import optuna
 from optuna.distributions import FloatDistribution
 
-from sweeper import records
-from sweeper.records import BREACH_CONSTRAINT, TrialAttr
+from analysis import records
+from analysis.records import BREACH_CONSTRAINT, TrialAttr
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-import sweeper.job_config  # noqa: F401  (registers the config schemas before Hydra composes)
+import trainer.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
 from trainer.config import config_dir
 
 

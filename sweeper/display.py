@@ -7,17 +7,15 @@ import sys
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from analysis.records import StudyAttr, best_trial, trial_note
+from analysis.text import show_value, text_table
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
     Verdict,
     interval_cells,
-    sweep_verdict,
 )
-from sweeper.records import StudyAttr, best_trial, trial_note
 from sweeper.slots import Counts
-from sweeper.space import show_value
-from sweeper.text import text_table
 
 
 def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
@@ -49,10 +47,6 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
     )
     rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
     return text_table([header, *rows]) + "\n\n" + verdict.text
-
-
-def study_verdict(study: optuna.Study, maximize: bool) -> Verdict:
-    return sweep_verdict(study.get_trials(deepcopy=False), study.user_attrs, maximize)
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:

@@ -21,18 +21,18 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig
 
-from sweeper import records
-from sweeper.job_config import training_config
+from analysis import records
+from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from sweeper.pruning import TrialPruned, make_pruner
-from sweeper.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from sweeper.runs import close_trial_run, trial_run_name
 from sweeper.storage import open_storage
-from sweeper.text import fail_reason
-from trainer.__main__ import train_and_log
 from trainer.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.database import DatabaseUnreachable, set_retry_window
+from trainer.errors import fail_reason
 from trainer.health import HealthMonitor, rules_from_settings
 from trainer.metrics import EVAL_REWARD, stderr_of
+from trainer.run import train_and_log
+from trainer.sweep_job import training_config
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
 

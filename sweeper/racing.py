@@ -29,12 +29,9 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from sweeper import records
-from sweeper.records import State
-from sweeper.replicates import MIN_SEEDS
-
-FAMILY_LEVEL = stats.LEVEL  # the level over all looks of one configuration together
+from analysis import records, stats
+from analysis.records import State
+from analysis.stats import MIN_SEEDS, look_level, mean_of, seeds_to_separate
 
 
 @dataclass(frozen=True)
@@ -54,12 +51,6 @@ class Step:
 
 
 SEED, STOP, HOLD = "seed", "stop", "hold"
-
-
-def look_level(max_seeds: int) -> float:
-    """The per-look confidence level: Bonferroni over a configuration's possible looks."""
-    looks = max(1, max_seeds - MIN_SEEDS + 1)
-    return 1 - (1 - FAMILY_LEVEL) / looks
 
 
 def decide(
@@ -82,7 +73,7 @@ def decide(
     level = look_level(max_seeds)
     known = [o for o in others if len(o.values) >= MIN_SEEDS]
     sign = 1 if maximize else -1
-    leader = max([me, *known], key=lambda e: sign * _mean(e.values))
+    leader = max([me, *known], key=lambda e: sign * mean_of(e.values))
     if leader is not me:
         gap = _signed(stats.welch_difference(leader.values, me.values, level), sign)
         if gap.excludes_zero:
@@ -114,21 +105,6 @@ def decide(
     return Step(STOP, f"{n} seeds; separated from the leader {leader.label}")
 
 
-def seeds_to_separate(a: Sequence[float], b: Sequence[float], level: float) -> float:
-    """Seeds each that would make the current difference of means significant at `level`,
-    if the means and the pooled spread stayed as they are (inf: no difference to find)."""
-    diff = abs(_mean(a) - _mean(b))
-    spread = math.sqrt((_var(a) + _var(b)) / 2)
-    if diff == 0:
-        return math.inf
-    if spread == 0:
-        return MIN_SEEDS
-    for n in range(MIN_SEEDS, 1000):
-        if stats.t_quantile(2 * n - 2, level) * spread * math.sqrt(2 / n) < diff:
-            return n
-    return math.inf
-
-
 def _separated(a: Entry, b: Entry, level: float) -> bool:
     return stats.welch_difference(a.values, b.values, level).excludes_zero
 
@@ -139,15 +115,6 @@ def _signed(i: stats.Interval, sign: int) -> stats.Interval:
 
 def _show(i: stats.Interval) -> str:
     return f"{i.estimate:.3g} (CI {i.low:.3g} to {i.high:.3g})"
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _var(values: Sequence[float]) -> float:
-    m = _mean(values)
-    return sum((v - m) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
 
 
 def look(

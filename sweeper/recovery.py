@@ -18,10 +18,10 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
 
+from analysis.records import Replicate, State, TrialAttr
 from sweeper import optuna_adapter as oa
-from sweeper.records import Replicate, State, TrialAttr
-from sweeper.text import fail_reason, first_line
 from trainer.database import DatabaseUnreachable, is_unreachable
+from trainer.errors import fail_reason, first_line
 
 
 def lost_reason(

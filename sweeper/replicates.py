@@ -8,17 +8,13 @@ is what TPE learns from.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from sweeper.records import Replicate, State
-
-# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/racing.py):
-# one seed has no run-to-run variance, so nothing is eliminated on it.
-MIN_SEEDS = 2
+from analysis.records import Replicate, State
+from trainer.metrics import is_finite_number
 
 
 @dataclass(frozen=True)
@@ -39,7 +35,7 @@ def seeds_of(base_seed: int, count: int) -> list[int]:
 def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
     """The configuration's outcome from the seeds that ran (missing seeds never started)."""
     steps = sum(r.steps_run for r in replicates)
-    baselines = [r.baseline for r in replicates if _finite(r.baseline)]
+    baselines = [r.baseline for r in replicates if is_finite_number(r.baseline)]
     baseline = mean(baselines) if baselines else None
     pruned = [r for r in replicates if r.state == State.PRUNED]
     failed = [r for r in replicates if r.state == State.FAIL]
@@ -47,7 +43,7 @@ def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
         first = min(pruned, key=lambda r: r.seed)
         reason = first.reason if expected == 1 else f"seed {first.seed}: {first.reason}"
         return ConfigOutcome(State.PRUNED, None, reason, first.breach, steps, baseline)
-    done = [r for r in replicates if r.state == State.COMPLETE and _finite(r.value)]
+    done = [r for r in replicates if r.state == State.COMPLETE and is_finite_number(r.value)]
     if failed or len(done) < expected:
         first = min(failed, key=lambda r: r.seed) if failed else None
         if first is None:
@@ -58,7 +54,3 @@ def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
             reason = f"{len(failed)} of {expected} seeds failed; seed {first.seed}: {first.reason}"
         return ConfigOutcome(State.FAIL, None, reason, None, steps, baseline)
     return ConfigOutcome(State.COMPLETE, mean(r.value for r in done), "", None, steps, baseline)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)

@@ -18,8 +18,8 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
-from sweeper.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
-from sweeper.space import show
+from analysis.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
+from analysis.text import show
 from trainer.tracking import MLflowRun, tracking_client
 
 

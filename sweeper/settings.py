@@ -12,9 +12,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper.errors import SweepError
-from sweeper.replicates import MIN_SEEDS
 from sweeper.storage import resolve_url
 from trainer.database import DEFAULT_RETRY_S
 from trainer.health import HealthRule, default_rules, rules_from_settings

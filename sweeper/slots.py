@@ -28,8 +28,8 @@ from optuna.distributions import (
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from analysis.records import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
-from sweeper.records import TrialAttr, is_interrupted
 from sweeper.samplers import SamplerChoice
 from sweeper.space import SearchSpace
 from sweeper.storage import exclusive

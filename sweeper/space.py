@@ -88,16 +88,6 @@ def format_value(value: Value) -> str:
     return format_override_value(value)
 
 
-def show_value(value: Value) -> str:
-    """A value as a person reads it: strings as they are (`cuda:1`, not `cuda\\:1`)."""
-    return value if isinstance(value, str) else format_value(value)
-
-
-def show(params: Mapping[str, Value]) -> str:
-    """`lr=2e-05 model.device=cuda:1`, for run names and progress lines."""
-    return " ".join(f"{k}={show_value(v)}" for k, v in params.items())
-
-
 def parse_space(preset: Mapping[str, str], arguments: Iterable[str]) -> SearchSpace:
     """Preset params (`hydra.sweeper.params`) first; a command-line key replaces a preset one."""
     by_name: dict[str, str] = {}

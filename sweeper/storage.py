@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable, Iterator
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
 
+from analysis.records import absolute_url, sqlite_path
 from sweeper import optuna_adapter as oa
 from sweeper.errors import SweepError
-from sweeper.records import absolute_url, sqlite_path
-from sweeper.text import first_line
 from trainer.database import (
     DatabaseUnreachable,
     advisory_lock,
@@ -32,6 +31,7 @@ from trainer.database import (
     scheme,
     shown_url,
 )
+from trainer.errors import first_line
 from trainer.locks import flocked
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")

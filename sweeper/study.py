@@ -15,9 +15,9 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import RDBStorage
 
+from analysis.records import StudyAttr
 from sweeper import runs, slots
 from sweeper.errors import SweepError
-from sweeper.records import StudyAttr
 from sweeper.samplers import SamplerChoice
 from sweeper.settings import SweepSettings
 from sweeper.space import SearchSpace
@@ -84,7 +84,7 @@ def _create_or_join(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study,
 
 
 def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
-    """The study's user attrs (sweeper/records.py); jobs read their rules here."""
+    """The study's user attrs (analysis/records.py); jobs read their rules here."""
     s = spec.settings
     return {
         StudyAttr.OBJECTIVE: s.objective,

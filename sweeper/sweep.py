@@ -30,23 +30,26 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 from optuna.trial import Trial, TrialState
 
+from analysis import records
+from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
+from analysis.text import show
+from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
+from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import optuna_adapter as oa
-from sweeper import racing, records, recovery, runs, slots, terminator
+from sweeper import racing, recovery, runs, slots, terminator
 from sweeper.devices import DevicePool
-from sweeper.display import final_table, progress_line, say, study_verdict
+from sweeper.display import final_table, progress_line, say
 from sweeper.errors import SweepError
 from sweeper.plan import SweepPlan
 from sweeper.preflight import compose, one_line
-from sweeper.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
 from sweeper.replicates import combine, seeds_of
-from sweeper.space import format_value, show
+from sweeper.space import format_value
 from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
 from sweeper.storage import Heartbeat, exclusive, open_storage
 from sweeper.study import StudySpec, open_study
-from sweeper.text import fail_reason
-from sweeper.tuned import tuned_notes, tuned_path, write_tuned
 from trainer.database import DatabaseUnreachable, set_retry_window
+from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client
 from trainer.validation import ConfigError
 
@@ -170,7 +173,7 @@ class SweepRunner:
     def _finish(self, study: optuna.Study, status: str) -> None:
         trials = study.get_trials(deepcopy=False)
         best = records.best_trial(trials, self.s.maximize)
-        verdict = study_verdict(study, self.s.maximize)
+        verdict = study_verdict(study, study.user_attrs, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         self.best_written = None  # the tuned file's notes carry the final verdict
         self._update_tuned(study)
@@ -447,7 +450,7 @@ class SweepRunner:
             return
         overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        verdict = study_verdict(study, self.s.maximize).text
+        verdict = study_verdict(study, study.user_attrs, self.s.maximize).text
         notes = tuned_notes(
             self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
         )

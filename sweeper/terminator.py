@@ -7,7 +7,7 @@ than the current best any configuration of the space could plausibly be (the reg
 configuration's own value, another trial cannot find a difference the verdict could tell
 apart, and the search stops.
 
-The noise is what the sweep already measures (sweeper/records.py `Replicate`): the standard
+The noise is what the sweep already measures (analysis/records.py `Replicate`): the standard
 error of the best configuration's mean over its seeds when it has 2 or more (run-to-run noise,
 what a rerun would move), else its eval's standard error over problems (the only noise one
 seed has; smaller than run-to-run noise, so with one seed the rule stops later, not sooner).
@@ -29,8 +29,8 @@ from optuna.study import StudyDirection
 from optuna.terminator import RegretBoundEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeper import records
-from sweeper.records import State
+from analysis import records
+from analysis.records import State
 from trainer.rl_math import mean_and_stderr
 
 log = logging.getLogger(__name__)

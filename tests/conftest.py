@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
-import sweeper.job_config  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 import trainer  # noqa: F401  (registers the config schemas before composing)
+import trainer.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

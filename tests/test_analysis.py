@@ -19,12 +19,12 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
+from analysis import records
 from analysis.__main__ import main
 from analysis.advice import advise
 from analysis.load import load_study
 from analysis.plots import pareto_front
-from sweeper import records
-from sweeper.records import Role, StudyAttr, Tag, TrialAttr
+from analysis.records import Role, StudyAttr, Tag, TrialAttr
 
 KL = "kl_sample_train_v2"
 RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}

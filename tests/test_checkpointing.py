@@ -6,7 +6,8 @@ import torch
 
 from tests.conftest import compose_conf
 from trainer import packing
-from trainer.policy import collate, load_policy, token_logprobs
+from trainer.model_source import load_policy
+from trainer.policy import collate, token_logprobs
 from trainer.sampling import SamplingSettings
 from trainer.torch_sampler import TorchSampler
 

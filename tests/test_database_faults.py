@@ -19,8 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
-from sweeper import records
-from sweeper.records import Role, State, Tag, TrialAttr
+from analysis import records
+from analysis.records import Role, State, Tag, TrialAttr
 from trainer.database import SCHEMA_BARRIER_ENV
 
 pytestmark = pytest.mark.slow

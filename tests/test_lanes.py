@@ -7,7 +7,7 @@ import pytest
 from conftest import run_sweep, study_in
 from mlflow.tracking import MlflowClient
 
-from sweeper import records
+from analysis import records
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import torch
 from trainer import logprobs, packing
 from trainer.losses import LOSSES
 from trainer.micro_batches import split_rows
-from trainer.policy import collate, load_policy, token_logprobs
+from trainer.model_source import load_policy
+from trainer.policy import collate, token_logprobs
 from trainer.rl_math import minibatch_rows
 from trainer.sampling import SamplingSettings
 from trainer.step import Groups, backward, pieces, prepare

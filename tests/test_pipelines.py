@@ -12,9 +12,10 @@ import pytest
 import torch
 from conftest import run_sweep, study_in
 
+from trainer.model_source import load_policy
 from trainer.pipelines import split_by_age, staleness
-from trainer.policy import load_policy
-from trainer.sampling import SamplingSettings, make_sampler
+from trainer.sampler_factory import make_sampler
+from trainer.sampling import SamplingSettings
 from trainer.step import Groups, backward, optimizer_step, prepare, sample_groups, train_on_groups
 from trainer.tasks import AdditionTask
 from trainer.train import train

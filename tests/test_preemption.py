@@ -16,8 +16,8 @@ import pytest
 from conftest import run_sweep, study_in
 from mlflow.tracking import MlflowClient
 
-from sweeper import records
-from sweeper.records import State, TrialAttr
+from analysis import records
+from analysis.records import State, TrialAttr
 
 pytestmark = pytest.mark.slow
 

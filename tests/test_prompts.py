@@ -9,9 +9,10 @@ from transformers import AutoTokenizer
 
 from trainer import metrics
 from trainer.errors import ConfigError
-from trainer.policy import load_policy
+from trainer.model_source import load_policy
 from trainer.prompts import PromptRenderer
-from trainer.sampling import SamplingSettings, make_sampler
+from trainer.sampler_factory import make_sampler
+from trainer.sampling import SamplingSettings
 from trainer.step import prepare, sample_groups
 from trainer.tasks import make_task
 from trainer.tiny_model import build_tiny_model

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
-from sweeper.racing import HOLD, SEED, STOP, Entry, decide, look_level, seeds_to_separate
+from sweeper.racing import HOLD, SEED, STOP, Entry, decide
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 

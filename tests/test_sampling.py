@@ -6,7 +6,8 @@ import torch
 
 from trainer import metrics, packing, rl_math
 from trainer.merged_lora import MergedLoRA
-from trainer.policy import Policy, collate, load_policy, token_logprobs
+from trainer.model_source import load_policy
+from trainer.policy import Policy, collate, token_logprobs
 from trainer.sampling import Rollout, SamplingSettings
 from trainer.step import optimizer_step
 from trainer.torch_sampler import TorchSampler

@@ -16,8 +16,8 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper import records
-from sweeper.records import best_trial
+from analysis import records
+from analysis.records import best_trial
 
 pytestmark = pytest.mark.slow
 

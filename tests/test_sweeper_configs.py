@@ -10,9 +10,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from analysis.tuned_file import tuned_path, write_tuned
 from sweeper.samplers import choose_sampler
 from sweeper.space import parse_space
-from sweeper.tuned import tuned_path, write_tuned
 
 
 def _compose(config_name: str, overrides: list[str], hydra_node: bool = False):

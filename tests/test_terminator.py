@@ -8,7 +8,7 @@ import statistics
 import optuna
 from optuna.distributions import FloatDistribution
 
-from sweeper.records import Replicate, State, replicate_key
+from analysis.records import Replicate, State, replicate_key
 from sweeper.terminator import best_noise, stop_reason
 
 

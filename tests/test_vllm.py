@@ -18,7 +18,8 @@ pytestmark = [
 def test_vllm_log_probs_match_the_learner_and_follow_the_adapter(composed):
     pytest.importorskip("vllm")
     from trainer import rl_math
-    from trainer.policy import collate, load_policy, token_logprobs
+    from trainer.model_source import load_policy
+    from trainer.policy import collate, token_logprobs
     from trainer.sampling import SamplingSettings
     from trainer.torch_sampler import TorchSampler
     from trainer.vllm_sampler import VLLMSampler

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from trainer.errors import first_line
 from trainer.locks import flocked
-from trainer.validation import first_line
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import Any
 
 from trainer import metrics
+from trainer.metrics import is_finite_number
 
 
 class Check(str, Enum):
@@ -170,7 +171,7 @@ class HealthMonitor:
     def breaches(self, step: int, metrics: Mapping[str, float]) -> list[Breach]:
         """Every rule that fires at this step, in the rules' order."""
         if step == 0:  # before any update: the baseline, never a breach
-            self.baselines.update({k: v for k, v in metrics.items() if _finite(v)})
+            self.baselines.update({k: v for k, v in metrics.items() if is_finite_number(v)})
             return []
         fired = []
         for rule in self.rules:
@@ -182,7 +183,7 @@ class HealthMonitor:
                 continue
             self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
             if self.streaks[rule.name] >= rule.patience:
-                shown = float(value) if _finite(value) else None
+                shown = float(value) if is_finite_number(value) else None
                 fired.append(
                     Breach(
                         rule.name,
@@ -199,8 +200,8 @@ class HealthMonitor:
     def _holds(self, rule: HealthRule, value: float) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""
         if rule.check == Check.not_finite:
-            return not _finite(value)
-        if not _finite(value):
+            return not is_finite_number(value)
+        if not is_finite_number(value):
             return None  # NaN is the not_finite rules' business
         if rule.check == Check.above:
             return value > rule.bound
@@ -218,7 +219,3 @@ def replay(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]
         if breach is not None:
             return breach
     return None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -4,6 +4,8 @@ Reporters, the sweeper's health rules and the analysis import these rather than 
 them again.
 """
 
+import math
+
 REWARD = "reward/mean"  # mean reward of the step's rollouts
 REWARD_STD = "reward/std"
 KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"  # sampler vs learner, mean(d)
@@ -40,3 +42,9 @@ def stderr_of(mean_metric: str) -> str:
 def reward_part(name: str) -> str:
     """The metric of one of the task's rewards, beside the total: `reward/last_number`."""
     return f"reward/{name}"
+
+
+def is_finite_number(value) -> bool:
+    """A metric value that can be compared: a real number, not NaN or inf. A bool is not one
+    (it is an int to Python), so a flag never passes for a measurement."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -3,7 +3,7 @@ under a block-causal mask, so that each rollout sees the prompt and its own earl
 none of its siblings'.
 
 The learner's other way to run each prompt once is to run the prompts first and share their
-cached keys and values (`torch_sampler.prefill_shared`). Both compute the same attention, so the
+cached keys and values (`kv_cache.prefill_shared`). Both compute the same attention, so the
 log-probs and gradients are the same. Packing does it in one forward call instead of two, with
 no cache to index through in the backward: on the tiny model the learner's forward and backward
 run ~1.5x faster (bench/BENCHMARKS.md). Its cost is attention over the whole row under a dense mask

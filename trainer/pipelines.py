@@ -28,7 +28,7 @@ from trainer import metrics as metrics_names
 from trainer.pipeline_settings import groups_per_batch
 from trainer.policy import Policy
 from trainer.rl_math import minibatch_rows
-from trainer.sampling import make_sampler
+from trainer.sampler_factory import make_sampler
 from trainer.step import (
     Groups,
     average_updates,

@@ -1,6 +1,7 @@
 """The policy: a Hugging Face causal LM, LoRA through PEFT, and its log-probabilities.
 
-The same code serves the embedded tiny model and any model directory given by path. With
+The same code serves the embedded tiny model and any model directory given by path
+(trainer/model_source.py loads either). With
 LoRA the reference policy is the base model with the adapter switched off (no copy); a full
 fine-tune keeps a frozen copy, and only when the KL penalty needs it. With LoRA, sampling, the
 post-update KL and the learner's forward run on a copy of the model with the adapter folded into
@@ -11,36 +12,25 @@ its linear weights (one matmul a layer instead of three; trainer/merged_lora.py)
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
-from omegaconf import DictConfig
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
     DynamicCache,
     PreTrainedTokenizerBase,
 )
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from trainer import logprobs, packing
+from trainer.kv_cache import left_pad, prefill_shared
 from trainer.merged_lora import MergedLoRA
 from trainer.sampling import Rollout
-from trainer.tiny_model import build_tiny_model
-from trainer.torch_sampler import left_pad, prefill_shared
 
 # PEFT asks transformers a deprecated question on every wrap; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 @dataclass
@@ -117,32 +107,6 @@ class Policy:
         if self._trainable is None:  # walking the module tree costs ~1 ms: do it once
             self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         return self._trainable
-
-
-def load_policy(cfg: DictConfig) -> Policy:
-    path = cfg.model.path or str(build_tiny_model(cfg.model.tiny))
-    device = resolve_device(cfg.model.device)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, cfg.model.dtype))
-    model.to(device)
-    if cfg.gradient_checkpointing:
-        enable_checkpointing(model)
-    frozen_reference = None
-    if cfg.lora_rank > 0:
-        targets = list(cfg.lora_target_modules)
-        lora = LoraConfig(
-            r=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules="all-linear" if targets == ["all-linear"] else targets,
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora)
-    elif cfg.kl_penalty_coef > 0:
-        frozen_reference = copy.deepcopy(model).eval().requires_grad_(False)
-    return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora)
 
 
 def enable_checkpointing(model: torch.nn.Module) -> None:

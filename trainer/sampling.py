@@ -1,12 +1,13 @@
-"""How the trainer samples: the settings, a rollout, the Sampler protocol, and the factory.
+"""How the trainer samples: the settings, a rollout, the Sampler protocol and the names.
 
 Two samplers implement it: `torch_sampler.TorchSampler` (KV-cached decoding on the policy's
 merged copy, in this process, CPU or GPU) and `vllm_sampler.VLLMSampler` (the GPU extra). The
 recorded log-prob of a token is log_softmax(logits / temperature): the tempered policy the
 learner also computes, so on-policy the sampler-train KL measures only numerical mismatch.
 top_p/top_k/min_p and repetition_penalty shape which tokens are drawn but not that log-prob
-(as in TRL). Each implementation is imported only when `make_sampler` builds it: the config
-checks read `SAMPLERS` here without loading torch's decoding or transformers.
+(as in TRL). The factory that builds them, `sampler_factory.make_sampler`, is a module of its
+own above both: the implementations import this one, and the config checks read `SAMPLERS`
+here without loading torch's decoding or transformers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from trainer.prompts import Prompt, PromptRenderer, prompt_settings
+from trainer.prompts import Prompt, PromptRenderer
 
 
 @dataclass
@@ -56,15 +57,4 @@ class Sampler(Protocol):
         with the sampler's per-token log-probs."""
 
 
-SAMPLERS = ("torch", "vllm")  # sampler.name: make_sampler builds each
-
-
-def make_sampler(name: str, policy, cfg) -> Sampler:
-    renderer = PromptRenderer(policy.tokenizer, **prompt_settings(cfg.task))
-    if name == "vllm":
-        from trainer.vllm_sampler import VLLMSampler  # GPU extra: imported only when asked for
-
-        return VLLMSampler(policy, cfg, renderer)
-    from trainer.torch_sampler import TorchSampler
-
-    return TorchSampler(policy, cfg.sampler.batch_tokens, renderer)
+SAMPLERS = ("torch", "vllm")  # sampler.name: trainer/sampler_factory.py builds each

@@ -24,8 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from trainer.policy import Policy
 from trainer.progress import progress
+from trainer.sampling import SamplingSettings
 from trainer.tasks import AdditionTask, exact_match_reward
+from trainer.torch_sampler import TorchSampler
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +104,6 @@ def supervised_batch(problems, tokenizer) -> dict[str, torch.Tensor]:
 
 
 def sampled_accuracy(model, tokenizer, problems) -> float:
-    from trainer.policy import Policy
-    from trainer.sampling import SamplingSettings
-    from trainer.torch_sampler import TorchSampler
-
     sampler = TorchSampler(Policy(model, tokenizer, torch.device("cpu")))
     with torch.random.fork_rng():  # probing never changes the training's random stream
         rollouts = sampler.sample([p.prompt for p in problems], SamplingSettings(max_tokens=6))

@@ -31,7 +31,7 @@ from trainer.database import (
     scheme,
     shown_url,
 )
-from trainer.validation import ConfigError, first_line
+from trainer.errors import ConfigError, first_line
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
 BOOKKEEPING_KEYS = ("output_dir", "resume", "experiment")

@@ -25,11 +25,12 @@ from trainer import rl_math
 from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
 from trainer.health import HealthMonitor, default_rules
 from trainer.lr import make_scheduler, resolve_lr
+from trainer.model_source import load_policy
 from trainer.pipelines import make_pipeline
-from trainer.policy import load_policy
 from trainer.progress import progress
 from trainer.rewards import score
-from trainer.sampling import Sampler, SamplingSettings, make_sampler
+from trainer.sampler_factory import make_sampler
+from trainer.sampling import Sampler, SamplingSettings
 from trainer.step import NonFiniteError
 from trainer.tasks import Task, make_task
 from trainer.validation import validate

@@ -20,18 +20,11 @@ from trainer.pipeline_settings import check as pipeline_rules
 from trainer.rl_math import SCALE_REWARDS
 from trainer.sampling import SAMPLERS
 
-__all__ = ["ConfigError", "first_line", "validate"]
+__all__ = ["ConfigError", "validate"]
 
 DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
 
 DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's first line of text (its type's name when it has none): what a person
-    reads of an error in a one-line message."""
-    lines = str(error).strip().splitlines()
-    return lines[0].strip() if lines else type(error).__name__
 
 
 def _fail(name: str, value: Any, rule: str) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from trainer.errors import ConfigError
+from trainer.model_source import model_path
 from trainer.prompts import Prompt, PromptRenderer
 from trainer.sampling import Rollout, SamplingSettings
-from trainer.tiny_model import build_tiny_model
-from trainer.validation import ConfigError
 
 
 class VLLMSampler:
@@ -31,7 +31,7 @@ class VLLMSampler:
         self.policy = policy
         self.renderer = renderer
         self.llm = LLM(
-            model=cfg.model.path or str(build_tiny_model(cfg.model.tiny)),
+            model=model_path(cfg),
             dtype=cfg.model.dtype,
             enable_lora=True,
             max_lora_rank=max(8, cfg.lora_rank),

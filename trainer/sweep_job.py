@@ -1,8 +1,9 @@
 """The sweep job's config: the training schema plus the binding to a live Optuna trial.
 
-The trainer knows nothing of sweeps; this schema extends its `TrainConfig` on the sweeper's
-side, and conf/sweep.yaml selects it (`override schema: sweep_job`). Registering it is cheap,
-so every entry point that composes `sweep` imports this module.
+The training code never reads the binding; the schema sits beside `TrainConfig` because two
+layers above compose `sweep` with it (the sweeper, and `python -m analysis best` rebuilding a
+trial's config), and conf/sweep.yaml selects it (`override schema: sweep_job`). Registering
+it is cheap, so every entry point that composes `sweep` imports this module.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The job (sweeper/job.py), the sweep (sweeper/sweep.py) and the analysis (analysis/) all read
 and write through these names and codecs; docs/records.md describes them for people. Nothing
-here talks to a store: this module only names and encodes.
+here talks to a store: this module only names and encodes. It lives in analysis/, the results
+layer the sweeper writes through and the analysis reads, so analysis never imports the sweeper.
 """
 
 from __future__ import annotations

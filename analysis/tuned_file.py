@@ -19,8 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
-from sweeper.job_config import BINDING_KEY
-from sweeper.records import TrialAttr
+from analysis.records import TrialAttr
+from trainer.sweep_job import BINDING_KEY
 from trainer.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"

@@ -1,0 +1,178 @@
+"""The project's import graph, read from the source with `ast`: no cycle, and the packages in
+their layers (trainer at the bottom, analysis above it, the sweeper on top).
+
+Every import counts, including those inside functions and under `if TYPE_CHECKING:`: a lazy
+import hides a cycle from the interpreter, not from a reader who has to follow it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("trainer", "sweeper", "analysis")
+
+# What each package may not import: the layers run trainer <- analysis <- sweeper.
+FORBIDDEN = {
+    "trainer": {"sweeper", "analysis"},
+    "analysis": {"sweeper"},
+    "sweeper": set(),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {
+        _module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """The project modules one import statement names (relative imports resolved)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if is_package else module.split(".")[:-1]
+            package = package[: len(package) - (node.level - 1)]
+            base = ".".join([*package, base] if base else package)
+        # `from pkg import name` imports the submodule pkg.name where there is one.
+        names = [
+            f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+            for alias in node.names
+        ]
+    else:
+        return []
+    found = []
+    for name in names:
+        # `import a.b.c` where only a.b is a module of ours: the nearest one that is.
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            found.append(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each project module and the project modules it imports anywhere in its source."""
+    sources = _sources()
+    known = set(sources)
+    graph: dict[str, set[str]] = {}
+    for module, path in sources.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        edges = {
+            target
+            for node in ast.walk(tree)
+            for target in _imported(node, module, is_package, known)
+        }
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def tied_groups(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that import each other, directly or around a loop (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each tied group as its modules and a shortest loop through each of them."""
+    found = []
+    for group in tied_groups(graph):
+        loops = {_as_chain(_cycle_through(graph, group, start)) for start in sorted(group)}
+        found.append(f"{len(group)} modules tied: {', '.join(sorted(group))}")
+        found += [f"  {loop}" for loop in sorted(loops)]
+    return found
+
+
+def _as_chain(loop: list[str]) -> str:
+    """`a -> b -> a`, started at its first module by name so that a loop is written once."""
+    ring = loop[:-1]
+    first = ring.index(min(ring))
+    ring = ring[first:] + ring[:first]
+    return " -> ".join([*ring, ring[0]])
+
+
+def _cycle_through(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
+    """A shortest loop from `start` back to it inside the group (breadth first)."""
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & group):
+                if nxt == start:
+                    chain = [node]
+                    while chain[-1] != start:
+                        chain.append(came_from[chain[-1]])
+                    return [start, *reversed(chain[:-1]), start]
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")  # a group of two or more always has one
+
+
+def test_the_graph_sees_lazy_and_type_checking_imports():
+    graph = import_graph()
+    # validation.py imports trainer.tasks inside a function, torch_sampler.py trainer.policy
+    # under TYPE_CHECKING: the test must see both.
+    assert "trainer.tasks" in graph["trainer.validation"]
+    assert "trainer.policy" in graph["trainer.torch_sampler"]
+    assert len(graph) > 60, "the project's modules were not all read"
+
+
+def test_no_import_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_packages_import_only_their_layer_and_below():
+    wrong = []
+    for module, targets in sorted(import_graph().items()):
+        package = module.split(".")[0]
+        for target in sorted(targets):
+            if target.split(".")[0] in FORBIDDEN[package]:
+                wrong.append(f"{module} imports {target} (a layer above it)")
+            elif target.endswith(".__main__"):
+                wrong.append(f"{module} imports {target} (a command line, not a library)")
+    assert not wrong, "\n".join(wrong)
