@@ -5,7 +5,11 @@ Three sources of evidence, each with its interval (95% unless asked otherwise):
     which includes the eval's own);
   - one seed: a normal interval from the eval's standard error over problems (the eval's
     noise only: it cannot see seed-to-seed variation);
-  - two configurations: Welch's t on seed values with >= 2 seeds each; with one seed each,
+  - two configurations: Welch's t on seed values with >= 2 seeds each, or, when several
+    configurations were raced, a t interval on the seed-to-seed variance pooled over all of
+    them (one-way ANOVA's within-group variance: many more degrees of freedom than two
+    2-seed spreads, so a pair whose two draws happen to be close is not trusted on them;
+    seed noise is similar across neighbouring configurations); with one seed each,
     the paired interval on per-problem differences when both were evaluated on the same
     problems (sharper: a problem's difficulty cancels); else unpaired, from the two stderrs.
 """
@@ -73,6 +77,35 @@ def welch_difference(a: Sequence[float], b: Sequence[float], level: float = LEVE
     df = se**4 / (se_a**4 / (len(a) - 1) + se_b**4 / (len(b) - 1))
     half = t_quantile(df, level) * se
     return Interval(diff, diff - half, diff + half, "Welch t over seeds")
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Seed-to-seed variance pooled over configurations (one-way ANOVA within groups)."""
+
+    variance: float
+    df: int  # sum over the configurations of (seeds - 1)
+    groups: int  # configurations with >= 2 seeds that contributed
+
+
+def pooled_variance(groups: Sequence[Sequence[float]]) -> Pooled:
+    """sum_i sum_j (x_ij - mean_i)^2 / sum_i (n_i - 1), over the groups with n_i >= 2."""
+    used = [list(g) for g in groups if len(g) >= 2]
+    squares = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in used)
+    df = sum(len(g) - 1 for g in used)
+    return Pooled(squares / df if df else math.nan, df, len(used))
+
+
+def pooled_difference(
+    a: Sequence[float], b: Sequence[float], pooled: Pooled, level: float = LEVEL
+) -> Interval:
+    """mean(a) - mean(b) +- t(df) x sqrt(s_pooled^2 (1/n_a + 1/n_b)): the pooled-variance t."""
+    diff = sum(a) / len(a) - sum(b) / len(b)
+    method = f"pooled t over seeds ({pooled.groups} configurations, df {pooled.df})"
+    if not pooled.df or not math.isfinite(pooled.variance):
+        return Interval(diff, math.nan, math.nan, method)
+    half = t_quantile(pooled.df, level) * math.sqrt(pooled.variance * (1 / len(a) + 1 / len(b)))
+    return Interval(diff, diff - half, diff + half, method)
 
 
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
