@@ -5,7 +5,11 @@ Three sources of evidence, each with its interval (95% unless asked otherwise):
     which includes the eval's own);
   - one seed: a normal interval from the eval's standard error over problems (the eval's
     noise only: it cannot see seed-to-seed variation);
-  - two configurations: Welch's t on seed values with >= 2 seeds each; with one seed each,
+  - two configurations: Welch's t on seed values with >= 2 seeds each, or, when several
+    configurations were raced, a t interval on the seed-to-seed variance pooled over all of
+    them (one-way ANOVA's within-group variance: many more degrees of freedom than two
+    2-seed spreads, so a pair whose two draws happen to be close is not trusted on them;
+    seed noise is similar across neighbouring configurations); with one seed each,
     the paired interval on per-problem differences when both were evaluated on the same
     problems (sharper: a problem's difficulty cancels); else unpaired, from the two stderrs.
 """
@@ -80,6 +84,35 @@ def welch_difference(a: Sequence[float], b: Sequence[float], level: float = LEVE
     return Interval(diff, diff - half, diff + half, "Welch t over seeds")
 
 
+@dataclass(frozen=True)
+class Pooled:
+    """Seed-to-seed variance pooled over configurations (one-way ANOVA within groups)."""
+
+    variance: float
+    df: int  # sum over the configurations of (seeds - 1)
+    groups: int  # configurations with >= 2 seeds that contributed
+
+
+def pooled_variance(groups: Sequence[Sequence[float]]) -> Pooled:
+    """sum_i sum_j (x_ij - mean_i)^2 / sum_i (n_i - 1), over the groups with n_i >= 2."""
+    used = [list(g) for g in groups if len(g) >= 2]
+    squares = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in used)
+    df = sum(len(g) - 1 for g in used)
+    return Pooled(squares / df if df else math.nan, df, len(used))
+
+
+def pooled_difference(
+    a: Sequence[float], b: Sequence[float], pooled: Pooled, level: float = LEVEL
+) -> Interval:
+    """mean(a) - mean(b) +- t(df) x sqrt(s_pooled^2 (1/n_a + 1/n_b)): the pooled-variance t."""
+    diff = sum(a) / len(a) - sum(b) / len(b)
+    method = f"pooled t over seeds ({pooled.groups} configurations, df {pooled.df})"
+    if not pooled.df or not math.isfinite(pooled.variance):
+        return Interval(diff, math.nan, math.nan, method)
+    half = t_quantile(pooled.df, level) * math.sqrt(pooled.variance * (1 / len(a) + 1 / len(b)))
+    return Interval(diff, diff - half, diff + half, method)
+
+
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
     """mean(a_i - b_i) +- t(P-1) x sd(d) / sqrt(P): the same P problems scored by both."""
     diffs = [x - y for x, y in zip(a, b, strict=True)]
@@ -100,31 +133,34 @@ def unpaired_difference(
 
 
 # The race's arithmetic (sweeper/racing.py decides with it; the verdict reports with it).
-def look_level(max_seeds: int) -> float:
-    """The per-look confidence level: Bonferroni over a configuration's possible looks."""
-    looks = max(1, max_seeds - MIN_SEEDS + 1)
+def look_level(max_seeds: int, configurations: int = 2) -> float:
+    """The per-look confidence level: Bonferroni over a configuration's possible looks and
+    over the configurations - 1 comparisons with the leader a verdict makes."""
+    looks = max(1, max_seeds - MIN_SEEDS + 1) * max(1, configurations - 1)
     return 1 - (1 - FAMILY_LEVEL) / looks
 
 
-def seeds_to_separate(a: Sequence[float], b: Sequence[float], level: float) -> float:
+def seeds_to_separate(
+    a: Sequence[float], b: Sequence[float], level: float, pool: Pooled | None = None
+) -> float:
     """Seeds each that would make the current difference of means significant at `level`,
-    if the means and the pooled spread stayed as they are (inf: no difference to find)."""
+    if the means and the pooled spread stayed as they are (inf: no difference to find).
+
+    pool: the race's pooled variance (default: pooled over a and b alone); the degrees of
+    freedom grow by the seeds a and b would add."""
+    pool = pool or pooled_variance([a, b])
     diff = abs(mean_of(a) - mean_of(b))
-    spread = math.sqrt((_var(a) + _var(b)) / 2)
     if diff == 0:
         return math.inf
-    if spread == 0:
+    if not pool.variance:
         return MIN_SEEDS
+    sd = math.sqrt(pool.variance)
     for n in range(MIN_SEEDS, 1000):
-        if t_quantile(2 * n - 2, level) * spread * math.sqrt(2 / n) < diff:
+        df = pool.df + max(0, n - len(a)) + max(0, n - len(b))
+        if t_quantile(max(df, 1), level) * sd * math.sqrt(2 / n) < diff:
             return n
     return math.inf
 
 
 def mean_of(values: Sequence[float]) -> float:
     return sum(values) / len(values)
-
-
-def _var(values: Sequence[float]) -> float:
-    m = mean_of(values)
-    return sum((v - m) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0

@@ -118,9 +118,14 @@ def summarize(config: Config) -> Summary:
     return Summary(config, stats.normal_interval(values[0], stderr))
 
 
-def difference(a: Config, b: Config, level: float = stats.LEVEL) -> Interval:
-    """a minus b with the sharpest valid interval (see analysis/stats.py)."""
+def difference(
+    a: Config, b: Config, level: float = stats.LEVEL, pool: stats.Pooled | None = None
+) -> Interval:
+    """a minus b with the sharpest valid interval (see analysis/stats.py); pool: the seed
+    variance pooled over a raced study's configurations, used for those with >= 2 seeds."""
     if len(a.values) >= 2 and len(b.values) >= 2:
+        if pool is not None:
+            return stats.pooled_difference(a.values, b.values, pool, level)
         return stats.welch_difference(a.values, b.values, level)
     pa, pb = _per_problem(a), _per_problem(b)
     if pa is not None and pb is not None and len(pa) == len(pb) and len(pa) >= 2:
@@ -132,7 +137,8 @@ def verdict(
     configs: Sequence[Config], maximize: bool = True, max_seeds: int | None = None
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the
-    race's corrected level, so the verdict decides only what the race decided."""
+    race's corrected level and its pooled seed variance (sweeper/racing.py), so the verdict
+    decides only what the race decided."""
     summaries = [summarize(c) for c in configs if c.values]
     ranked = sorted(summaries, key=lambda s: -s.mean if maximize else s.mean)
     if not ranked:
@@ -149,11 +155,16 @@ def verdict(
         lines.append("Only one configuration completed: nothing to compare it with.")
         return Verdict(ranked, None, lines=lines)
     sign = 1 if maximize else -1
-    level = racing_level(max_seeds)
+    level = racing_level(max_seeds, len(ranked))
+    pool = None
+    if max_seeds is not None:
+        pool = stats.pooled_variance([s.config.values for s in ranked])
     runner = ranked[1]
-    diff = _signed(difference(best.config, runner.config, level), sign)
+    diff = _signed(difference(best.config, runner.config, level, pool), sign)
     # A difference with no interval (no stderr logged) is unknown, not a tie.
-    gaps = {s.label: _signed(difference(best.config, s.config, level), sign) for s in ranked[1:]}
+    gaps = {
+        s.label: _signed(difference(best.config, s.config, level, pool), sign) for s in ranked[1:]
+    }
     tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
     shown = _interval_text(diff, level)
     if diff.excludes_zero:
@@ -163,7 +174,8 @@ def verdict(
     elif diff.known:
         lines.append(
             f"{best.label} and {runner.label} are tied at this sample size (difference "
-            f"{diff.estimate:.3g}, {shown}): {_more_needed(best.config, runner.config, max_seeds)}."
+            f"{diff.estimate:.3g}, {shown}): "
+            f"{_more_needed(best.config, runner.config, level, max_seeds, pool)}."
         )
     else:
         lines.append(f"{best.label} vs {runner.label}: no interval ({diff.method}).")
@@ -174,16 +186,18 @@ def verdict(
     return Verdict(ranked, diff, tied, lines)
 
 
-def racing_level(max_seeds: int | None) -> float:
+def racing_level(max_seeds: int | None, configurations: int = 2) -> float:
     """The level differences are judged at: the race's corrected one when seeds raced."""
-    return stats.LEVEL if max_seeds is None else stats.look_level(max_seeds)
+    return stats.LEVEL if max_seeds is None else stats.look_level(max_seeds, configurations)
 
 
-def _more_needed(a: Config, b: Config, max_seeds: int | None) -> str:
+def _more_needed(
+    a: Config, b: Config, level: float, max_seeds: int | None, pool: stats.Pooled | None = None
+) -> str:
     """What it would take to separate two tied configurations."""
     if max_seeds is None or min(len(a.values), len(b.values)) < 2:
         return "run more seeds (hydra.sweeper.seeds) or a larger eval (task.eval_size)"
-    need = stats.seeds_to_separate(a.values, b.values, racing_level(max_seeds))
+    need = stats.seeds_to_separate(a.values, b.values, level, pool)
     if not math.isfinite(need):
         return "their means are equal: no number of seeds separates them"
     return (
@@ -199,7 +213,7 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
     fixed = len(configs) * max_seeds
     return (
         f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "
-        f"{stats.look_level(max_seeds):.2%}): {runs} training runs, where max_seeds for every "
+        f"{stats.look_level(max_seeds, len(configs)):.2%}): {runs} training runs, where max_seeds for every "
         f"configuration would take {fixed}. {each}."
     )
 

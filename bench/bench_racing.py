@@ -52,7 +52,7 @@ def race(draws: dict[str, list[float]], max_seeds: int) -> dict[str, list[float]
     def settle(c: str) -> None:
         others = [Entry(o, tuple(v)) for o, v in got.items() if o != c and v]
         to_come = bool(queue) or any(len(got[o]) < MIN_SEEDS for o in open_ if o != c)
-        step = decide(Entry(c, tuple(got[c])), others, max_seeds, True, to_come)
+        step = decide(Entry(c, tuple(got[c])), others, max_seeds, True, to_come, len(draws))
         held.discard(c)
         if step.action == SEED:
             pending.appendleft(c)
@@ -110,6 +110,8 @@ def run(values: dict[str, list[float]], repetitions: int, max_seeds: int, seed: 
         fixed = judged({c: d[:max_seeds] for c, d in draws.items()}, None)
         best = raced.best.label
         decided = [s.label for s in raced.ranked[1:] if s.label not in raced.tied_with_best]
+        fixed_best = fixed.best.label
+        fixed_decided = [s.label for s in fixed.ranked[1:] if s.label not in fixed.tied_with_best]
         rows.append(
             {
                 "runs": sum(len(s.config.seeds) for s in raced.ranked),
@@ -119,6 +121,9 @@ def run(values: dict[str, list[float]], repetitions: int, max_seeds: int, seed: 
                 "same_or_tied": fixed.best.label in (best, *raced.tied_with_best),
                 "decided_against_truth_tie": sum(frozenset((best, o)) in ties for o in decided),
                 "decided_pairs_truth_ties": [o for o in decided if frozenset((best, o)) in ties],
+                "fixed_decided_against_truth_tie": sum(
+                    frozenset((fixed_best, o)) in ties for o in fixed_decided
+                ),
                 "race": {s.label: len(s.config.seeds) for s in raced.ranked},
             }
         )
@@ -140,23 +145,68 @@ def run(values: dict[str, list[float]], repetitions: int, max_seeds: int, seed: 
         "same_winner_rate": sum(r["same_winner"] for r in rows) / len(rows),
         "same_winner_or_tied_rate": sum(r["same_or_tied"] for r in rows) / len(rows),
         "decided_against_truth_tie": sum(r["decided_against_truth_tie"] for r in rows),
+        "fixed_decided_against_truth_tie": sum(r["fixed_decided_against_truth_tie"] for r in rows),
         "rows": rows,
     }
+
+
+def repeated(values: dict[str, list[float]], repetitions: int, max_seeds: int, seeds) -> dict:
+    """`run` once per replay seed: each seed's summary, and the spread across them."""
+    per_seed = [run(values, repetitions, max_seeds, seed) | {"seed": seed} for seed in seeds]
+    out = {k: v for k, v in per_seed[0].items() if k not in SUMMARY + ("rows", "seed")}
+    out["by_seed"] = [{k: r[k] for k in ("seed", *SUMMARY)} for r in per_seed]
+    ratios = [r["fixed_runs"] / r["raced_runs_mean"] for r in per_seed]
+    out["runs_ratio_by_seed"] = ratios
+    for key in ("decided_against_truth_tie", "fixed_decided_against_truth_tie"):
+        out[f"{key}_total"] = sum(r[key] for r in per_seed)
+    out["rows"] = [row | {"seed": r["seed"]} for r in per_seed for row in r["rows"]]
+    return out
+
+
+SUMMARY = (
+    "raced_runs_mean",
+    "raced_runs_sd",
+    "raced_runs_range",
+    "same_winner_rate",
+    "same_winner_or_tied_rate",
+    "decided_against_truth_tie",
+    "fixed_decided_against_truth_tie",
+)
+
+
+def values_from_results(path: str) -> dict[str, list[float]]:
+    """The truth's per-seed values as an earlier run of this script recorded them."""
+    truth = json.loads(Path(path).read_text())["truth"]
+    return {c: t["values"] for c, t in truth.items()}
+
+
+def dumped(out: dict) -> str:
+    """The results as JSON, one replay per line (thousands of them)."""
+    head = json.dumps({k: v for k, v in out.items() if k != "rows"}, indent=1)
+    rows = ",\n".join(f"  {json.dumps(r)}" for r in out["rows"])
+    return f'{head[:-2]},\n "rows": [\n{rows}\n ]\n}}\n'
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--storage", default="sqlite:///sweeps.db")
     p.add_argument("--study", default="racing-truth")
+    p.add_argument(
+        "--values-from",
+        help="replay the truth recorded in this results JSON (no study needed), e.g. "
+        "bench/results/racing_racing-truth.json",
+    )
     p.add_argument("--repetitions", type=int, default=200)
     p.add_argument("--max-seeds", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, nargs="+", default=[0, 1, 2])
     args = p.parse_args()
-    out = run(
-        recorded_values(args.storage, args.study), args.repetitions, args.max_seeds, args.seed
-    )
+    if args.values_from:
+        values = values_from_results(args.values_from)
+    else:
+        values = recorded_values(args.storage, args.study)
+    out = repeated(values, args.repetitions, args.max_seeds, args.seed)
     path = RESULTS / f"racing_{args.study}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(dumped(out))
     shown = {k: v for k, v in out.items() if k not in ("rows", "truth")}
     print(json.dumps(shown, indent=1))
     print(f"wrote {path}")

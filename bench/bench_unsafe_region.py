@@ -66,7 +66,27 @@ def nearest(points: list[Point], lr: float) -> Point:
     return min(points, key=lambda p: abs(math.log(p.lr) - math.log(lr)))
 
 
-def replay(points: list[Point], n_trials: int, seed: int, constrained: bool, tpe: bool) -> dict:
+def nearest_is_breach(study: optuna.Study, lr: float) -> bool:
+    """1-nearest-neighbour feasibility in log lr: the closest finished trial breached."""
+    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    if not done:
+        return False
+    closest = min(done, key=lambda t: abs(math.log(t.params["lr"]) - math.log(lr)))
+    return closest.state.name == "PRUNED" or bool(closest.user_attrs.get("breach"))
+
+
+def replay(
+    points: list[Point],
+    n_trials: int,
+    seed: int,
+    constrained: bool,
+    tpe: bool,
+    penalized: bool = False,
+    avoid: bool = False,
+) -> dict:
+    """penalized: a breach is told COMPLETE with the worst value seen so far (the baseline
+    before any) instead of PRUNED; avoid: a proposal whose nearest finished trial breached is
+    rejected (told FAIL, which TPE ignores) and the sampler asked again, up to 20 times."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = random.Random(seed)
     sampler = optuna.samplers.TPESampler(seed=seed) if tpe else optuna.samplers.RandomSampler(seed)
@@ -75,19 +95,30 @@ def replay(points: list[Point], n_trials: int, seed: int, constrained: bool, tpe
     unsafe = 0
     for _ in range(n_trials):
         trial = study.ask(space)
+        for _retry in range(20 if avoid else 0):
+            if not nearest_is_breach(study, trial.params["lr"]):
+                break
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            trial = study.ask(space)
         point = nearest(points, trial.params["lr"])
         if point.breaks:
             unsafe += 1
-            if point.baseline is not None:
-                trial.report(point.baseline, 0)
             if constrained:
                 trial.set_constraint(BREACH_CONSTRAINT, 1.0)
+            if penalized:
+                seen = [t.value for t in study.trials if t.state.name == "COMPLETE"]
+                trial.set_user_attr("breach", True)
+                study.tell(trial, min(seen, default=point.baseline or 0.0))
+                continue
+            if point.baseline is not None:
+                trial.report(point.baseline, 0)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             study.tell(trial, rng.choice(point.values))
-    best = max(
-        (t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.value, default=None
-    )
+    safe = [
+        t for t in study.trials if t.state.name == "COMPLETE" and not t.user_attrs.get("breach")
+    ]
+    best = max(safe, key=lambda t: t.value, default=None)
     return {
         "unsafe_trials": unsafe,
         "best_lr": best.params["lr"] if best else None,
@@ -104,10 +135,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--storage", default="sqlite:///sweeps.db")
     p.add_argument("--study", default="unsafe-landscape")
+    p.add_argument("--landscape-from", help="a results JSON of this script (no study needed)")
     p.add_argument("--n-trials", type=int, default=20)
     p.add_argument("--repetitions", type=int, default=100)
     args = p.parse_args()
-    points = landscape(args.storage, args.study)
+    if args.landscape_from:
+        recorded = json.loads(Path(args.landscape_from).read_text())["landscape"]
+        points = [Point(r["lr"], r["breaks"], tuple(r["values"]), r["baseline"]) for r in recorded]
+    else:
+        points = landscape(args.storage, args.study)
     safe = [pt for pt in points if not pt.breaks]
     best = max(safe, key=lambda pt: pt.mean)
     out = {
@@ -117,9 +153,18 @@ def main() -> None:
         "repetitions": args.repetitions,
     }
     # random: how often the region is sampled by chance, the floor any learning should beat
-    arms = (("constraint", True, True), ("no_constraint", False, True), ("random", False, False))
-    for arm, constrained, tpe in arms:
-        rows = [replay(points, args.n_trials, r, constrained, tpe) for r in range(args.repetitions)]
+    arms = (
+        ("constraint", True, True, False, False),
+        ("no_constraint", False, True, False, False),
+        ("penalized_complete", True, True, True, False),
+        ("avoid_nearest_breach", True, True, False, True),
+        ("random", False, False, False, False),
+    )
+    for arm, constrained, tpe, penalized, avoid in arms:
+        rows = [
+            replay(points, args.n_trials, r, constrained, tpe, penalized, avoid)
+            for r in range(args.repetitions)
+        ]
         out[arm] = {
             "unsafe_trials": summary(rows, "unsafe_trials"),
             "best_true_mean": summary(rows, "best_true_mean"),

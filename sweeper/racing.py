@@ -4,9 +4,18 @@ Pure: the sweeper hands over every configuration's completed seed values (all wo
 together, read from the study) and gets back what one configuration does next. Each
 configuration starts with MIN_SEEDS seeds (one seed has no seed-to-seed variance, so nothing
 is eliminated on it); once all its started seeds have ended, it is compared with the leader
-(the best mean among configurations with MIN_SEEDS values) by Welch's t over seeds
-(analysis/stats.py), at a level corrected for looking after every seed: Bonferroni over the
-max_seeds - MIN_SEEDS + 1 looks a configuration can have. Then exactly one of:
+(the best mean among configurations with MIN_SEEDS values) by a t interval over seeds whose
+seed-to-seed variance is pooled over every configuration with MIN_SEEDS values
+(analysis/stats.py pooled_difference), at a level corrected for looking after every seed and
+for comparing with the leader every configuration there is: Bonferroni over the
+max_seeds - MIN_SEEDS + 1 looks a configuration can have times the k - 1 comparisons with the
+leader among the k configurations known (without the second factor, replays called a truly
+tied pair decided in 1 of 200, bench/RACING.md). Why pooled: a
+2-seed spread is one degree of freedom, and two draws that happen to be close made Welch's
+interval narrow enough to call a truly tied pair decided (1 in 200 replays, bench/RACING.md),
+while a truly separated pair took 3-4 seeds to eliminate on Welch's wide intervals; pooled
+over 5 configurations at 2 seeds the spread has 5 degrees of freedom and no single pair's
+luck decides. Then exactly one of:
   - eliminated: the leader is better beyond the interval -> no more seeds;
   - tied for good: even at max_seeds the current difference would stay inside the interval
     (the seeds it would take are said) -> no more seeds, the verdict calls it a tie;
@@ -59,6 +68,7 @@ def decide(
     max_seeds: int,
     maximize: bool,
     more_to_come: bool,
+    configurations: int = 0,
 ) -> Step:
     """The next step of `me`, whose started seeds have all ended.
 
@@ -66,32 +76,38 @@ def decide(
     more_to_come: configurations not yet known (queued, or with fewer than MIN_SEEDS values)
     will join; a leader separated from the known ones then holds (a grid), so that a late
     close one can still make it run more seeds, rather than stop with a short record.
+    configurations: how many the study holds, queued ones included (a grid's all from the
+    start); the level is corrected for comparing each with the leader (at least the ones
+    with values).
     """
     n = len(me.values)
     if n < MIN_SEEDS:
         return Step(SEED, f"{n} of the {MIN_SEEDS} seeds every configuration gets")
-    level = look_level(max_seeds)
     known = [o for o in others if len(o.values) >= MIN_SEEDS]
+    level = look_level(max_seeds, max(configurations, 1 + len(known)))
+    pool = spread([me, *known])
     sign = 1 if maximize else -1
     leader = max([me, *known], key=lambda e: sign * mean_of(e.values))
     if leader is not me:
-        gap = _signed(stats.welch_difference(leader.values, me.values, level), sign)
+        gap = _signed(stats.pooled_difference(leader.values, me.values, pool, level), sign)
         if gap.excludes_zero:
             return Step(
                 STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
             )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
-    undecided = [o for o in rivals if not _separated(me, o, level)]
+    undecided = [o for o in rivals if not _separated(me, o, pool, level)]
     if n >= max_seeds:
         ties = ", ".join(o.label for o in undecided)
         tied = f", tied with {ties}" if ties else ""
         return Step(STOP, f"reached max_seeds={max_seeds}{tied}")
-    hopeful = [o for o in undecided if seeds_to_separate(me.values, o.values, level) <= max_seeds]
+    hopeful = [
+        o for o in undecided if seeds_to_separate(me.values, o.values, level, pool) <= max_seeds
+    ]
     if hopeful:
         return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
     if undecided:
         o = undecided[0]
-        need = seeds_to_separate(me.values, o.values, level)
+        need = seeds_to_separate(me.values, o.values, level, pool)
         shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
         return Step(
             STOP,
@@ -105,8 +121,14 @@ def decide(
     return Step(STOP, f"{n} seeds; separated from the leader {leader.label}")
 
 
-def _separated(a: Entry, b: Entry, level: float) -> bool:
-    return stats.welch_difference(a.values, b.values, level).excludes_zero
+def spread(entries: Sequence[Entry]) -> stats.Pooled:
+    """The seed-to-seed variance the race judges with: pooled over every configuration with
+    MIN_SEEDS values (open or told), one-way ANOVA's within-group variance."""
+    return stats.pooled_variance([e.values for e in entries if len(e.values) >= MIN_SEEDS])
+
+
+def _separated(a: Entry, b: Entry, pool: stats.Pooled, level: float) -> bool:
+    return stats.pooled_difference(a.values, b.values, pool, level).excludes_zero
 
 
 def _signed(i: stats.Interval, sign: int) -> stats.Interval:
@@ -123,17 +145,21 @@ def look(
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
     Open (RUNNING) and told (COMPLETE) configurations count with their completed seeds; a
-    grid's queued configurations and those short of MIN_SEEDS values are still to come.
+    grid's queued configurations and those short of MIN_SEEDS values are still to come. The
+    level is corrected for every configuration the study holds, queued (WAITING) included,
+    so a grid's first looks are as strict as its verdict.
     """
-    others, more_to_come = [], False
+    others, more_to_come, queued = [], False, 0
     for t in trials:
         if t.number == me.number or t.state not in (TrialState.RUNNING, TrialState.COMPLETE):
             more_to_come |= t.state == TrialState.WAITING
+            queued += t.state == TrialState.WAITING
             continue
         entry = entry_of(t)
         others.append(entry)
         more_to_come |= t.state == TrialState.RUNNING and len(entry.values) < MIN_SEEDS
-    return decide(entry_of(me), others, max_seeds, maximize, grid and more_to_come)
+    configurations = 1 + len(others) + queued
+    return decide(entry_of(me), others, max_seeds, maximize, grid and more_to_come, configurations)
 
 
 def entry_of(trial: FrozenTrial) -> Entry:

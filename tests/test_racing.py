@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from analysis import stats
 from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
 from sweeper.racing import HOLD, SEED, STOP, Entry, decide
@@ -15,6 +16,44 @@ LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 def test_each_look_is_corrected_for_the_looks_a_configuration_can_have():
     assert look_level(5) == pytest.approx(LEVEL_5)
     assert look_level(2) == pytest.approx(0.95)
+
+
+def test_and_for_the_comparisons_with_the_leader_among_all_configurations():
+    # 4 looks x 4 comparisons with the leader among 5 configurations: 0.05 / 16
+    assert look_level(5, 5) == pytest.approx(1 - 0.05 / 16)
+    assert look_level(2, 3) == pytest.approx(1 - 0.05 / 2)
+
+
+def test_the_seed_variance_is_pooled_over_configurations_with_two_seeds_or_more():
+    # squares about each mean: 2 x 0.02^2 = 0.0008 and 2 x 0.02^2 = 0.0008; df 1 + 2 = 3;
+    # the one-seed configuration has no spread to give
+    pool = stats.pooled_variance([(0.40, 0.44), (0.30, 0.34, 0.32), (0.1,)])
+    assert (pool.variance, pool.df, pool.groups) == (pytest.approx(0.0016 / 3), 3, 2)
+    # 0.42 - 0.32 = 0.10 +- t(3, 95%) 3.182 x sqrt(0.000533 x (1/2 + 1/3)) = 0.10 +- 0.0671
+    gap = stats.pooled_difference((0.40, 0.44), (0.30, 0.34, 0.32), pool)
+    assert (gap.low, gap.high) == (
+        pytest.approx(0.03291, abs=1e-5),
+        pytest.approx(0.16709, abs=1e-5),
+    )
+    assert gap.method == "pooled t over seeds (2 configurations, df 3)"
+    assert not stats.pooled_difference((0.4, 0.5), (0.3, 0.4), stats.pooled_variance([])).known
+
+
+def test_two_close_draws_are_not_trusted_when_the_pool_says_seeds_spread_more():
+    # Alone: pooled variance 0.00005 on df 2, 0.08 +- t(2, 99.375%) 8.860 x 0.00707 = +- 0.0627
+    me, leader = Entry("t1", (0.20, 0.21)), Entry("t0", (0.28, 0.29))
+    step = decide(me, [leader], 5, True, False)
+    assert step.why == "eliminated after 2 seeds: t0 is better by 0.08 (CI 0.0173 to 0.143)"
+    # A third configuration spreads 0.10: pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on
+    # df 3, level 1 - 0.05/8: 0.08 +- 6.895 x 0.0412 = +- 0.284, and even at 6 seeds each
+    # (df 11) 3.370 x 0.04123 x 0.5774 = 0.0802 > 0.08: tied, 7 seeds would separate them
+    step = decide(me, [leader, Entry("t2", (0.10, 0.20))], 5, True, False)
+    assert step.why == (
+        "tied with t0 after 2 seeds: separating them would take ~7 seeds each (max_seeds=5)"
+    )
+    # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict:
+    # t(2, 1 - 0.05/32) x 0.00707 = 0.127 > 0.08, so one more seed
+    assert decide(me, [leader], 5, True, False, configurations=5).action == SEED
 
 
 def test_seeds_to_separate_a_difference_that_stays_as_it_is():

@@ -58,7 +58,7 @@ def test_eliminated_configurations_get_no_more_seeds_and_the_verdict_says_why(tm
         )
     assert sum(_training_runs(tmp_path).values()) == 6
     assert (
-        "Seeds raced (seeds=auto, max_seeds=5, each look at 98.75%): 6 training runs, "
+        "Seeds raced (seeds=auto, max_seeds=5, each look at 99.38%): 6 training runs, "
         "where max_seeds for every configuration would take 15." in done.stdout
     )
     assert "beats the runner-up" in done.stdout
