@@ -33,6 +33,7 @@ from optuna.distributions import FloatDistribution
 
 from analysis import records
 from analysis.records import BREACH_CONSTRAINT, TrialAttr
+from sweeper.breaches import AvoidsBreaches
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -66,15 +67,6 @@ def nearest(points: list[Point], lr: float) -> Point:
     return min(points, key=lambda p: abs(math.log(p.lr) - math.log(lr)))
 
 
-def nearest_is_breach(study: optuna.Study, lr: float) -> bool:
-    """1-nearest-neighbour feasibility in log lr: the closest finished trial breached."""
-    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
-    if not done:
-        return False
-    closest = min(done, key=lambda t: abs(math.log(t.params["lr"]) - math.log(lr)))
-    return closest.state.name == "PRUNED" or bool(closest.user_attrs.get("breach"))
-
-
 def replay(
     points: list[Point],
     n_trials: int,
@@ -85,21 +77,19 @@ def replay(
     avoid: bool = False,
 ) -> dict:
     """penalized: a breach is told COMPLETE with the worst value seen so far (the baseline
-    before any) instead of PRUNED; avoid: a proposal whose nearest finished trial breached is
-    rejected (told FAIL, which TPE ignores) and the sampler asked again, up to 20 times."""
+    before any) instead of PRUNED; avoid: TPE wrapped as the sweeper wraps it
+    (sweeper/breaches.py AvoidsBreaches: a proposal whose nearest finished trial breached is
+    drawn again)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = random.Random(seed)
     sampler = optuna.samplers.TPESampler(seed=seed) if tpe else optuna.samplers.RandomSampler(seed)
+    if avoid:
+        sampler = AvoidsBreaches(sampler)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     space = {"lr": FloatDistribution(points[0].lr, points[-1].lr, log=True)}
     unsafe = 0
     for _ in range(n_trials):
         trial = study.ask(space)
-        for _retry in range(20 if avoid else 0):
-            if not nearest_is_breach(study, trial.params["lr"]):
-                break
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            trial = study.ask(space)
         point = nearest(points, trial.params["lr"])
         if point.breaks:
             unsafe += 1
@@ -110,6 +100,7 @@ def replay(
                 trial.set_user_attr("breach", True)
                 study.tell(trial, min(seen, default=point.baseline or 0.0))
                 continue
+            trial.set_user_attr(TrialAttr.PRUNE_REASON, {"rule": "recorded breach"})
             if point.baseline is not None:
                 trial.report(point.baseline, 0)
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)

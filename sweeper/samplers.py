@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from sweeper.breaches import AvoidsBreaches
 from sweeper.errors import SweepError
 from sweeper.space import SearchSpace
 
@@ -40,7 +41,8 @@ def choose_sampler(name: str, space: SearchSpace, n_trials: int, seed: int | Non
             )
         # Every grid trial has all its params fixed: this sampler only fills the slot.
         return SamplerChoice("grid", optuna.samplers.RandomSampler(seed=0), space.grid_size)
-    return SamplerChoice(name, _searching_sampler(name, seed), n_trials)
+    # Every searching sampler steers clear of health breaches (sweeper/breaches.py).
+    return SamplerChoice(name, AvoidsBreaches(_searching_sampler(name, seed)), n_trials)
 
 
 def _searching_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:

@@ -7,7 +7,7 @@ cache, the KL reference forward), the output layer in chunks: only the pieces di
 import pytest
 import torch
 
-from trainer import logprobs, packing
+from trainer import logprobs, micro_batches, packing
 from trainer.losses import LOSSES
 from trainer.micro_batches import split_rows
 from trainer.model_source import load_policy
@@ -130,11 +130,30 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
     assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
 
 
-def test_a_micro_batch_of_no_tokens_is_refused_before_any_model_loads(composed):
+@pytest.mark.parametrize("value", ["0", "2.5", "big"])
+def test_a_micro_batch_that_is_not_auto_or_a_count_is_refused_before_any_model_loads(
+    composed, value
+):
     from trainer.validation import ConfigError, validate
 
-    with pytest.raises(ConfigError, match=r"^learner_batch_tokens=0: must be >= 1"):
-        validate(composed("learner_batch_tokens=0"))
+    with pytest.raises(ConfigError, match=rf"^learner_batch_tokens={value}: must be auto or an"):
+        validate(composed(f"learner_batch_tokens={value}"))
+    validate(composed("learner_batch_tokens=1024"))
+    validate(composed("learner_batch_tokens=auto"))
+
+
+def test_auto_sizes_a_micro_batch_from_the_models_layers_widths_and_dtype():
+    # SmolLM2-135M (30 layers, widths 576 and 1536, float32): (16 * 576 + 6 * 1536) * 4 bytes
+    # = 73,728 a layer and token, 2,211,840 for 30 layers; 2 GiB / that = 970.9
+    smollm2 = dict(layers=30, hidden=576, mlp=1536, bytes_per_value=4)
+    assert micro_batches.token_budget("auto", **smollm2) == 970
+    # checkpointed: 30 * 576 * 4 = 69,120 kept + one layer's 73,728 = 142,848 -> 15,033.5
+    assert micro_batches.token_budget("auto", **smollm2, checkpointed=True) == 15_033
+    # the tiny model (2 layers, 128 and 256): 28,672 a token, so its default batch is one piece
+    tiny = micro_batches.token_budget("auto", layers=2, hidden=128, mlp=256, bytes_per_value=4)
+    assert tiny == 74_898
+    assert micro_batches.token_budget(1024, **smollm2) == 1024  # a number is used as it is
+    assert micro_batches.token_budget("auto", **smollm2, budget_bytes=1) == 1  # never 0
 
 
 @pytest.mark.real_model

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import run_sweep, study_in
 
+from trainer import metrics, step
 from trainer.model_source import load_policy
 from trainer.pipelines import split_by_age, staleness
 from trainer.sampler_factory import make_sampler
@@ -113,6 +114,31 @@ def test_stream_is_on_policy_and_async_logs_staleness(composed, new_recorder):
     stream = new_recorder()
     train(composed(*small, "pipeline=stream", "num_minibatches=2", "num_substeps=2"), stream)
     assert max(stream.series("kl_sample_train_v2").values()) < 1e-6  # every substep on-policy
+    assert all(metrics.TIME_POST_KL in m for m in list(stream.steps.values())[1:])
+
+
+@pytest.mark.slow
+def test_streaming_with_a_kl_penalty_runs_the_reference_once_per_minibatch(
+    composed, new_recorder, monkeypatch
+):
+    """Its post-update KL reuses the step's tokens: no second, whole-batch reference forward."""
+    forwards = []
+    counted = step.logprobs_in_pieces
+
+    def counting(model, batch, cfg):
+        forwards.append(len(batch.prompt_of_N))
+        return counted(model, batch, cfg)
+
+    monkeypatch.setattr(step, "logprobs_in_pieces", counting)
+    small = ["batch_size=8", "group_size=4", "task.eval_size=16", "eval_every=0", "max_steps=1"]
+    recorder = new_recorder()
+    cfg = composed(*small, "pipeline=stream", "num_minibatches=2", "kl_penalty_coef=0.1")
+    train(cfg, recorder)
+    # 8 groups x 4 in 2 minibatches: the reference's forward on each (16 rollouts), then the
+    # post-update KL's on the step's 32; before, a second reference forward on all 32 too.
+    assert forwards == [16, 16, 32]
+    trained = recorder.steps[1]
+    assert trained[metrics.KL_POLICY_REF] >= 0 and trained[metrics.TIME_REFERENCE] > 0
     off = new_recorder()
     train(composed(*small, "pipeline=async", "max_steps_off_policy=2"), off)
     steps = [off.steps[s] for s in (1, 2, 3, 4)]

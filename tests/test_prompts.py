@@ -120,6 +120,8 @@ def test_first_try_on_smollm2_has_a_nonzero_baseline_and_per_reward_curves(
     assert (
         recorder.steps[1][metrics.reward_part("last_number")] == recorder.steps[1][metrics.REWARD]
     )
+    baseline = recorder.steps[0]  # the held-out eval per reward too
+    assert baseline[metrics.eval_reward_part("last_number")] == baseline[metrics.EVAL_REWARD]
 
 
 def test_a_zero_baseline_names_the_likely_cause():

@@ -112,8 +112,10 @@ class TrainConfig:
     # The learner's forward/backward (and the reference and post-update KL forwards) run in
     # micro-batches of at most this many tokens (each distinct prompt once, plus the completion
     # width per rollout), gradients accumulated to exactly the whole minibatch's. Bounds the
-    # activations' memory; the tiny model's default batch fits one micro-batch.
-    learner_batch_tokens: int = 2560
+    # activations' memory. auto: as many as keep a piece's activations within 2 GiB, from the
+    # model's layers, widths and dtype (trainer/micro_batches.py); the tiny model's default
+    # batch is one piece, SmolLM2-135M's pieces hold about 970 tokens.
+    learner_batch_tokens: Any = "auto"
     # Recompute each decoder layer's activations in the backward instead of keeping them
     # (torch.utils.checkpoint through transformers): less memory, one more forward of time.
     # The same gradients.

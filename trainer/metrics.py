@@ -44,6 +44,11 @@ def reward_part(name: str) -> str:
     return f"reward/{name}"
 
 
+def eval_reward_part(name: str) -> str:
+    """One reward's held-out mean over the sampled eval completions: `eval/reward/last_number`."""
+    return f"eval/reward/{name}"
+
+
 def is_finite_number(value) -> bool:
     """A metric value that can be compared: a real number, not NaN or inf. A bool is not one
     (it is an int to Python), so a flag never passes for a measurement."""

@@ -10,11 +10,43 @@ A piece may split a group: the bound then holds whatever the group's size (8 rol
 tokens fit no 4,096-token piece whole), and a split costs only the group's prompt run once more,
 in the next piece; the gradient is the same, since the prompt's positions get each rollout's
 share in whichever piece holds it. A single rollout over the budget is a piece of its own.
+
+`learner_batch_tokens=auto` (the default) sizes the budget from the model: as many tokens as
+keep one piece's saved activations within ACTIVATION_BUDGET_BYTES (token_budget).
 """
 
 from __future__ import annotations
 
 import torch
+
+# auto's memory for one micro-batch's saved activations: with it SmolLM2-135M at the default
+# 32 x 8 x 64 batch peaks near 4 GB (bench/BENCHMARKS.md), and the tiny model's default batch
+# is one piece. On a large GPU a bigger learner_batch_tokens is faster.
+ACTIVATION_BUDGET_BYTES = 2 * 2**30
+# Values a decoder layer keeps for the backward, per token, in units of its widths: about 16
+# of the hidden width (norms, q/k/v/o and attention, LoRA's inputs, residuals) and 6 of the
+# MLP's (gate, up, their activation and product). Fitted to SmolLM2-135M: 2.1 MiB a token
+# estimated, 2.2 MiB measured (peak RSS at 1,024 and 2,560 tokens).
+HIDDEN_VALUES, MLP_VALUES = 16, 6
+
+
+def token_budget(
+    setting: int | str,
+    layers: int,
+    hidden: int,
+    mlp: int,
+    bytes_per_value: int,
+    checkpointed: bool = False,
+    budget_bytes: int = ACTIVATION_BUDGET_BYTES,
+) -> int:
+    """The learner's tokens per micro-batch: `setting` itself, or for "auto" the most tokens
+    whose activations fit budget_bytes. Checkpointed layers keep only their input (one hidden
+    width each) and recompute one layer's activations at a time in the backward."""
+    if setting != "auto":
+        return int(setting)
+    layer = (HIDDEN_VALUES * hidden + MLP_VALUES * mlp) * bytes_per_value
+    per_token = layers * hidden * bytes_per_value + layer if checkpointed else layers * layer
+    return max(1, budget_bytes // per_token)
 
 
 def split_rows(

@@ -1,7 +1,8 @@
 """How rollout groups reach the training step: sync, stream and async differ only there.
 
-Every pipeline trains with the same functions of trainer/train.py (`sample_groups`, `prepare`,
-`backward`, `optimizer_step`, `train_on_groups`); none copies the loop.
+Every pipeline trains with the same functions of trainer/step.py (`sample_groups`, `prepare`,
+`backward`, `optimizer_step`, `step_metrics`, or all of them as `train_on_groups`); none copies
+the loop.
 
   sync    sample the step's batch_size groups, then train on them (num_substeps minibatches)
   stream  sample a minibatch of groups and run its forward/backward at once, then the next;
@@ -26,18 +27,17 @@ import torch
 
 from trainer import metrics as metrics_names
 from trainer.pipeline_settings import groups_per_batch
-from trainer.policy import Policy
+from trainer.policy import Policy, collate
 from trainer.rl_math import minibatch_rows
 from trainer.sampler_factory import make_sampler
 from trainer.step import (
     Groups,
-    average_updates,
     backward,
-    group_metrics,
     optimizer_step,
-    post_update_kl,
     prepare,
+    reference_metrics,
     sample_groups,
+    step_metrics,
     timing,
     train_on_groups,
 )
@@ -81,6 +81,7 @@ class StreamPipeline(SyncPipeline):
         problems = self.task.train_problems(groups_per_batch(cfg), self.rng)
         parts: list[Groups] = []
         updates: list[dict[str, float]] = []
+        reference: list[dict[str, float]] = []
         for substep in chunks(problems, cfg.num_substeps):
             self.sampler.sync_weights()
             in_step = []
@@ -89,6 +90,7 @@ class StreamPipeline(SyncPipeline):
                     cfg, self.sampler, self.task, minibatch, self.settings, step - 1
                 )
                 prepared = prepare(cfg, self.policy, groups)
+                reference.append(prepared.metrics)
                 rows = minibatch_rows(len(groups), cfg.group_size, 1, prepared.keep_P)
                 in_step += [
                     backward(cfg, self.policy, prepared, r, 1 / cfg.num_minibatches) for r in rows
@@ -102,11 +104,14 @@ class StreamPipeline(SyncPipeline):
                     update[metrics_names.GRAD_NORM] = grad_norm
             updates += in_step
         batch = Groups.join(parts)
-        metrics = {**group_metrics(batch), **average_updates(updates)}
-        metrics[metrics_names.LR] = self.optimizer.param_groups[0]["lr"]
-        if cfg.compute_post_kl:
-            metrics.update(post_update_kl(self.policy, prepare(cfg, self.policy, batch).batch, cfg))
-        return {**metrics, **timing(batch, time.perf_counter() - started - batch.sample_s)}
+        # The post-update KL needs only the tokens: collated, not prepared again (no second
+        # reference forward under a KL penalty).
+        tokens = collate(batch.rollouts_N, self.policy.tokenizer.pad_token_id).to(
+            self.policy.device
+        )
+        metrics = step_metrics(cfg, self.policy, self.optimizer, batch, tokens, updates)
+        train_s = time.perf_counter() - started - batch.sample_s
+        return {**metrics, **reference_metrics(reference), **timing(batch, train_s)}
 
 
 def split_by_age(

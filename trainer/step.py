@@ -149,15 +149,42 @@ def train_on_groups(
         update[metrics_names.GRAD_NORM] = optimizer_step(cfg, policy, optimizer, update)
         update[metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
         updates.append(update)
-    metrics = {**group_metrics(groups), **prepared.metrics, **average_updates(updates)}
+    metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
+    return {**metrics, **prepared.metrics, **timing(groups, time.perf_counter() - started)}
+
+
+def step_metrics(
+    cfg: DictConfig,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    groups: Groups,
+    batch: TokenBatch,
+    updates: list[dict[str, float]],
+) -> dict[str, float]:
+    """What a step reports after its updates, whatever the pipeline: the groups' rewards, the
+    updates' averages, the lr, and the post-update KL on the step's own rollouts (`batch`)."""
+    metrics = {**group_metrics(groups), **average_updates(updates)}
     metrics[metrics_names.LR] = optimizer.param_groups[0]["lr"]
     # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
     # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
     if cfg.compute_post_kl:
         post_started = time.perf_counter()
-        metrics.update(post_update_kl(policy, prepared.batch, cfg))
+        metrics.update(post_update_kl(policy, batch, cfg))
         metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
-    return {**metrics, **timing(groups, time.perf_counter() - started)}
+    return metrics
+
+
+def reference_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The KL penalty's metrics of several equal minibatches prepared one at a time (stream):
+    the policy-reference KL's mean, the reference forwards' total time."""
+    parts = [m for m in parts if m]
+    if not parts:
+        return {}
+    return {
+        metrics_names.KL_POLICY_REF: sum(m[metrics_names.KL_POLICY_REF] for m in parts)
+        / len(parts),
+        metrics_names.TIME_REFERENCE: sum(m[metrics_names.TIME_REFERENCE] for m in parts),
+    }
 
 
 def group_metrics(groups: Groups) -> dict[str, float]:
@@ -194,7 +221,7 @@ def backward(
     loss_fn = get_loss(cfg.loss.name)
     losses, logp, entropy = [], [], []
     with policy.learner() as model:
-        for piece in pieces(prepared.batch, rows, cfg.learner_batch_tokens):
+        for piece in pieces(prepared.batch, rows, learner_tokens(cfg, policy.model.config)):
             part = prepared.batch.select(piece)
             logp_NT, entropy_NT = token_logprobs(model, part, cfg.temperature, with_entropy=True)
             require_finite("learner logprob", logp_NT[part.mask_NT.bool()])
@@ -225,6 +252,19 @@ def backward(
     }
 
 
+def learner_tokens(cfg: DictConfig, shape) -> int:
+    """cfg.learner_batch_tokens, with auto sized from the model's shape (its transformers
+    config) and dtype."""
+    return micro_batches.token_budget(
+        cfg.learner_batch_tokens,
+        layers=shape.num_hidden_layers,
+        hidden=shape.hidden_size,
+        mlp=getattr(shape, "intermediate_size", None) or 4 * shape.hidden_size,
+        bytes_per_value=getattr(torch, cfg.model.dtype).itemsize,
+        checkpointed=cfg.gradient_checkpointing,
+    )
+
+
 def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
     """The learner's micro-batches of these rollouts (trainer/micro_batches.py)."""
     prompt_tokens_D = batch.prompt_mask_DP.sum(-1)
@@ -235,7 +275,7 @@ def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Ten
 def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfig) -> torch.Tensor:
     """Every rollout's token log-probs, no gradient, one micro-batch at a time."""
     rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
-    parts = pieces(batch, rows, cfg.learner_batch_tokens)
+    parts = pieces(batch, rows, learner_tokens(cfg, model.config))
     return torch.cat([token_logprobs(model, batch.select(p), cfg.temperature)[0] for p in parts])
 
 

@@ -31,7 +31,7 @@ from trainer.progress import progress
 from trainer.rewards import score
 from trainer.sampler_factory import make_sampler
 from trainer.sampling import Sampler, SamplingSettings
-from trainer.step import NonFiniteError
+from trainer.step import NonFiniteError, learner_tokens
 from trainer.tasks import Task, make_task
 from trainer.validation import validate
 
@@ -96,10 +96,12 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         _report(reporter, 0, eval_metrics)
 
     log.info(
-        "Training %d steps at lr=%.3g, %d rollouts a step",
+        "Training %d steps at lr=%.3g, %d rollouts a step, learner micro-batches of at most "
+        "%d tokens",
         cfg.max_steps,
         lr,
         cfg.batch_size * cfg.group_size,
+        learner_tokens(cfg, policy.model.config),
     )
     metrics: dict[str, float] = {}
     last_eval, per_problem = baseline, {}
@@ -156,7 +158,8 @@ def evaluate(
         torch.manual_seed(cfg.seed)
         rollouts = sampler.sample(prompts, settings)
     k = cfg.eval_samples
-    rewards = [score(task, problems[i // k], r.text, r.finished)[0] for i, r in enumerate(rollouts)]
+    scored = [score(task, problems[i // k], r.text, r.finished) for i, r in enumerate(rollouts)]
+    rewards = [total for total, _ in scored]
     per_problem = {
         metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
     }
@@ -168,6 +171,9 @@ def evaluate(
     metrics: dict[str, float] = {
         metrics_names.EVAL_TRUNCATED: sum(not r.finished for r in rollouts) / len(rollouts)
     }
+    for name in dict.fromkeys(name for _, parts in scored for name in parts):
+        part = sum(parts[name] for _, parts in scored) / len(scored)
+        metrics[metrics_names.eval_reward_part(name)] = part
     for name, values in per_problem.items():
         metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
     return metrics, per_problem

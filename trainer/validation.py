@@ -94,10 +94,10 @@ def _check_batch(cfg: DictConfig) -> None:
 def _check_learner_memory(cfg: DictConfig) -> None:
     tokens = cfg.learner_batch_tokens
     _require(
-        tokens >= 1,
+        tokens == "auto" or (_is_number(tokens) and tokens == int(tokens) and tokens >= 1),
         "learner_batch_tokens",
         tokens,
-        "must be >= 1 (the most tokens a learner micro-batch holds)",
+        "must be auto or an integer >= 1 (the most tokens a learner micro-batch holds)",
     )
 
 
