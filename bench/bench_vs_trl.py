@@ -130,10 +130,15 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.tasks import AdditionTask, JsonlTask, exact_match_reward
+    from trainer.rewards import exact_match_reward
+    from trainer.tasks import AdditionTask, DatasetTask
 
     real = work["model"] == "smollm2"
-    task = JsonlTask(str(QUESTIONS)) if real else AdditionTask(num_digits=2, eval_size=400, seed=0)
+    task = (
+        DatasetTask(str(QUESTIONS), eval_fraction=0.004)
+        if real
+        else AdditionTask(num_digits=2, eval_size=400, seed=0)
+    )
     problems = task.train_problems(work["prompts"] * (steps + 1), random.Random(0))
     dataset = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems])
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -222,7 +227,13 @@ def task_overrides(work: dict) -> list[str]:
     short in both: it is not timed)."""
     if work["model"] != "smollm2":
         return ["task.eval_size=64"]
-    return ["task=jsonl", f"task.path={QUESTIONS}", "task.eval_fraction=0.004"]
+    # exact match, as TRL is given (the file's default would be last_number): the same reward
+    return [
+        "task=jsonl",
+        f"task.path={QUESTIONS}",
+        "task.eval_fraction=0.004",
+        "task.rewards=[exact_match]",
+    ]
 
 
 def run_ours_equal(work: dict, path: Path, steps: int) -> dict:

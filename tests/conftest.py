@@ -80,20 +80,35 @@ def port() -> int:
     return free_port()
 
 
-def run_sweep(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def mlflow_uri(cwd: Path) -> str:
+    """The MLflow store a test's sweep in cwd writes (its own SQLite file there)."""
+    return f"sqlite:///{cwd}/mlflow.db"
+
+
+def study_uri(cwd: Path) -> str:
+    """The sweeper's default study storage for a sweep started in cwd."""
+    return f"sqlite:///{cwd}/sweeps.db"
+
+
+def sweep_env(cwd: Path) -> dict[str, str]:
+    return {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri(cwd)}
+
+
+def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.CompletedProcess:
     """`python -m sweeper -m <args>` in cwd, with its own MLflow store there."""
     return subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],
         cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
+        env=sweep_env(cwd),
         capture_output=True,
         text=True,
         timeout=timeout,
+        **popen,
     )
 
 
 def study_in(cwd: Path) -> optuna.Study:
     """The one study a sweep in cwd created in its default SQLite storage."""
-    storage = f"sqlite:///{cwd}/sweeps.db"
+    storage = study_uri(cwd)
     (name,) = optuna.get_all_study_names(storage)
     return optuna.load_study(study_name=name, storage=storage)

@@ -110,3 +110,18 @@ def test_mean_and_stderr_use_the_sample_sd():
     mean, stderr = rl_math.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
     assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
     assert rl_math.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure
+
+
+def test_lr_auto_follows_the_seeds_formula():
+    from trainer.lr import get_lr
+
+    # 5e-5 x 10 (LoRA) x (2000 / 2000) ** 0.781
+    assert get_lr(2000, "llama") == pytest.approx(5e-4)
+    # full fine-tuning at hidden 1000: 5e-5 x 2 ** 0.781 = 5e-5 x 1.71835
+    assert get_lr(1000, "llama", lora=False) == pytest.approx(8.5918e-5, rel=1e-4)
+    # SmolLM2-135M (hidden 576): 5e-4 x (2000 / 576) ** 0.781 = 5e-4 x 2.6437
+    assert get_lr(576, "llama") == pytest.approx(1.3219e-3, rel=1e-4)
+    # qwen's exponent 0.0775: 5e-4 x 2 ** 0.0775 = 5e-4 x 1.05516
+    assert get_lr(1000, "qwen") == pytest.approx(5.2758e-4, rel=1e-4)
+    with pytest.raises(ValueError, match="model.family='gpt'"):
+        get_lr(1000, "gpt")

@@ -4,7 +4,6 @@ MlflowClient. Each run is a few steps on tiny batches of the embedded model."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import mlflow_uri, run_sweep, study_in, study_uri, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -28,30 +28,8 @@ SMALL = ["batch_size=4", "max_steps=3", "eval_every=2", "task.eval_size=16"]
 GRID = ["lr=1e-3,0.5", "group_size=2,4", "num_substeps=2", *SMALL]
 
 
-def sweep(cwd: Path, *args: str, timeout: int = 300, **popen) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper", "-m", *args],
-        cwd=cwd,
-        env=_env(cwd),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **popen,
-    )
-
-
-def _env(cwd: Path) -> dict[str, str]:
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
-
-
-def only_study(cwd: Path) -> optuna.Study:
-    storage = f"sqlite:///{cwd}/sweeps.db"
-    (name,) = optuna.get_all_study_names(storage)
-    return optuna.load_study(study_name=name, storage=storage)
-
-
 def mlflow_runs(cwd: Path) -> dict[str, object]:
-    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    client = MlflowClient(mlflow_uri(cwd))
     experiment = client.get_experiment_by_name("grpo")
     return {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
 
@@ -64,14 +42,14 @@ def outcome(study: optuna.Study) -> dict[tuple, str]:
 def grid_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("grid")
     started = time.perf_counter()
-    result = sweep(cwd, *GRID)
+    result = run_sweep(cwd, *GRID)
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"grid sweep of 4 trials: {time.perf_counter() - started:.1f} s")
     return cwd
 
 
 def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):
-    study = only_study(grid_dir)
+    study = study_in(grid_dir)
     assert outcome(study) == {
         (("group_size", 2), ("lr", 0.001)): "COMPLETE",
         (("group_size", 4), ("lr", 0.001)): "COMPLETE",
@@ -99,7 +77,7 @@ def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):
 
 
 def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
-    study = only_study(grid_dir)
+    study = study_in(grid_dir)
     runs = mlflow_runs(grid_dir)
     parent = runs.pop(study.study_name)
     assert parent.info.status == "FINISHED"
@@ -107,7 +85,7 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
     assert parent.data.params["search_space.lr"] == "1e-3,0.5"
     assert parent.data.metrics["best_value"] == best_trial(study.trials, maximize=True).value
     assert len(runs) == 4
-    client = MlflowClient(f"sqlite:///{grid_dir}/mlflow.db")
+    client = MlflowClient(mlflow_uri(grid_dir))
     for t in study.trials:
         name = f"t{t.number} lr={t.params['lr']} group_size={t.params['group_size']}"
         run = runs[name]
@@ -133,15 +111,15 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
 
 
 def test_rerunning_a_finished_grid_adds_no_trial(grid_dir):
-    before = len(only_study(grid_dir).trials)
-    result = sweep(grid_dir, *GRID)
+    before = len(study_in(grid_dir).trials)
+    result = run_sweep(grid_dir, *GRID)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(only_study(grid_dir).trials) == before
+    assert len(study_in(grid_dir).trials) == before
     assert "4/4 done (2 pruned, 0 failed)" in result.stderr
 
 
 def test_tuned_config_is_the_best_trial_and_trains(grid_dir):
-    study = only_study(grid_dir)
+    study = study_in(grid_dir)
     best = best_trial(study.trials, maximize=True)
     text = (grid_dir / "tuned" / f"{study.study_name}.yaml").read_text()
     assert text.startswith("# @package _global_")
@@ -149,7 +127,7 @@ def test_tuned_config_is_the_best_trial_and_trains(grid_dir):
     result = subprocess.run(
         [sys.executable, "-m", "trainer", f"+tuned={study.study_name}", "max_steps=1"],
         cwd=grid_dir,
-        env=_env(grid_dir),
+        env=sweep_env(grid_dir),
         capture_output=True,
         text=True,
         timeout=300,
@@ -160,7 +138,7 @@ def test_tuned_config_is_the_best_trial_and_trains(grid_dir):
 
 
 def test_joblib_launcher_gives_the_same_result(grid_dir, tmp_path):
-    result = sweep(
+    result = run_sweep(
         tmp_path,
         *GRID,
         "hydra/launcher=joblib",
@@ -168,7 +146,7 @@ def test_joblib_launcher_gives_the_same_result(grid_dir, tmp_path):
         "hydra.sweeper.n_jobs=2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    basic, joblib = only_study(grid_dir), only_study(tmp_path)
+    basic, joblib = study_in(grid_dir), study_in(tmp_path)
     assert basic.study_name == joblib.study_name  # the launcher is not part of the study
     assert outcome(joblib) == outcome(basic)
     values = {
@@ -183,9 +161,9 @@ def test_joblib_launcher_gives_the_same_result(grid_dir, tmp_path):
 
 def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     # cuda:99 passes validation but cannot load the model, on CPU and GPU machines alike.
-    result = sweep(tmp_path, "model.device=cpu,cuda:99", "group_size=2", *SMALL)
+    result = run_sweep(tmp_path, "model.device=cpu,cuda:99", "group_size=2", *SMALL)
     assert result.returncode == 0, result.stderr[-3000:]
-    study = only_study(tmp_path)
+    study = study_in(tmp_path)
     by_device = {t.params["model.device"]: t for t in study.trials}
     assert by_device["cpu"].state.name == "COMPLETE"
     failed = by_device["cuda:99"]
@@ -194,14 +172,14 @@ def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     assert run.info.status == "FAILED"
     assert run.data.tags["sweeper.fail_reason"] == failed.user_attrs["fail_reason"]
 
-    stopped = sweep(
+    stopped = run_sweep(
         tmp_path, "model.device=cuda:98,cuda:99", "hydra.sweeper.max_failure_rate=0", *SMALL
     )
     assert stopped.returncode == 1
     assert "max_failure_rate=0" in stopped.stderr.strip().splitlines()[-1]
-    names = optuna.get_all_study_names(f"sqlite:///{tmp_path}/sweeps.db")
+    names = optuna.get_all_study_names(study_uri(tmp_path))
     (second,) = [n for n in names if n != study.study_name]
-    trials = optuna.load_study(study_name=second, storage=f"sqlite:///{tmp_path}/sweeps.db").trials
+    trials = optuna.load_study(study_name=second, storage=study_uri(tmp_path)).trials
     assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # stopped after the first
 
 
@@ -213,7 +191,7 @@ def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     ],
 )
 def test_bad_points_fail_before_anything_is_created(tmp_path, args, expected):
-    result = sweep(tmp_path, *args, timeout=120)
+    result = run_sweep(tmp_path, *args, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(expected)
     assert not (tmp_path / "sweeps.db").exists() and not (tmp_path / "mlflow.db").exists()
@@ -249,7 +227,7 @@ def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
         return subprocess.Popen(
             command,
             cwd=tmp_path,
-            env=_env(tmp_path),
+            env=sweep_env(tmp_path),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -268,9 +246,9 @@ def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
     second.kill()
     second.wait(timeout=60)
 
-    third = sweep(tmp_path, *args)
+    third = run_sweep(tmp_path, *args)
     assert third.returncode == 0, third.stderr[-3000:]
-    study = only_study(tmp_path)
+    study = study_in(tmp_path)
     runs = {r.info.run_id: r for r in mlflow_runs(tmp_path).values()}
     interrupted, completed = study.trials[:2], study.trials[2:]
     assert [t.state.name for t in interrupted] == ["FAIL", "FAIL"]

@@ -108,3 +108,32 @@ def test_no_interval_is_unknown_not_a_tie_and_no_completed_seed_has_no_mean():
     assert v.tied_with_best == ["t2"]  # t1's difference has no interval: not called a tie
     empty = summarize(Config("t3", {}, (Seed(0, None, None),)))
     assert not empty.interval.known and empty.interval.method == "no completed seed"
+
+
+def _seed_record(seed: int, state: str, value=None, reason="", baseline=0.2, steps=5):
+    from analysis.records import Replicate
+
+    return Replicate(seed, state, value, None, steps, baseline, reason, None)
+
+
+def test_a_configurations_outcome_combines_its_seeds():
+    from analysis.records import State
+    from sweeper.replicates import combine
+
+    both = combine(
+        [_seed_record(0, State.COMPLETE, 0.4), _seed_record(1, State.COMPLETE, 0.6, baseline=0.3)],
+        expected=2,
+    )
+    assert (both.state, both.value, both.steps_run) == (State.COMPLETE, 0.5, 10)
+    assert both.baseline == pytest.approx(0.25)
+    # one pruned seed prunes the configuration, with that seed's reason
+    pruned = combine(
+        [_seed_record(0, State.COMPLETE, 0.4), _seed_record(1, State.PRUNED, reason="kl")], 2
+    )
+    assert (pruned.state, pruned.value, pruned.reason) == (State.PRUNED, None, "seed 1: kl")
+    # a seed that failed, or one that never reported, fails it and says how many
+    failed = combine([_seed_record(0, State.FAIL, reason="boom")], 2)
+    assert failed.reason == "1 of 2 seeds failed; seed 0: boom"
+    short = combine([_seed_record(0, State.COMPLETE, 0.4)], 2)
+    assert (short.state, short.reason) == (State.FAIL, "1 of 2 seeds ended without an objective")
+    assert combine([_seed_record(0, State.FAIL, reason="boom")], 1).reason == "boom"
