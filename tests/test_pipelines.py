@@ -115,6 +115,15 @@ def test_stream_is_on_policy_and_async_logs_staleness(composed, new_recorder):
     train(composed(*small, "pipeline=stream", "num_minibatches=2", "num_substeps=2"), stream)
     assert max(stream.series("kl_sample_train_v2").values()) < 1e-6  # every substep on-policy
     assert all(metrics.TIME_POST_KL in m for m in list(stream.steps.values())[1:])
+    off = new_recorder()
+    train(composed(*small, "pipeline=async", "max_steps_off_policy=2"), off)
+    steps = [off.steps[s] for s in (1, 2, 3, 4)]
+    assert all(0 <= m["async/stale_mean"] <= m["async/stale_max"] <= 2 for m in steps)
+    assert all(m["async/discarded"] >= 0 and math.isfinite(m["kl_sample_train_v2"]) for m in steps)
+    # The sampler thread keeps sampling with the old weights while step 1 trains, so a later
+    # step trains on groups an update old: a pipeline that waited for fresh groups (sync) fails.
+    assert steps[0]["async/stale_max"] == 0  # nothing older than the first policy exists
+    assert max(m["async/stale_max"] for m in steps[1:]) >= 1
 
 
 @pytest.mark.slow
@@ -140,15 +149,6 @@ def test_streaming_with_a_kl_penalty_runs_the_reference_once_per_minibatch(
     trained = recorder.steps[1]
     # logged again (stream dropped them): at step 1 the policy is still the reference
     assert abs(trained[metrics.KL_POLICY_REF]) < 1e-6 and trained[metrics.TIME_REFERENCE] > 0
-    off = new_recorder()
-    train(composed(*small, "pipeline=async", "max_steps_off_policy=2"), off)
-    steps = [off.steps[s] for s in (1, 2, 3, 4)]
-    assert all(0 <= m["async/stale_mean"] <= m["async/stale_max"] <= 2 for m in steps)
-    assert all(m["async/discarded"] >= 0 and math.isfinite(m["kl_sample_train_v2"]) for m in steps)
-    # The sampler thread keeps sampling with the old weights while step 1 trains, so a later
-    # step trains on groups an update old: a pipeline that waited for fresh groups (sync) fails.
-    assert steps[0]["async/stale_max"] == 0  # nothing older than the first policy exists
-    assert max(m["async/stale_max"] for m in steps[1:]) >= 1
 
 
 @pytest.mark.slow
