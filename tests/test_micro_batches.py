@@ -14,7 +14,7 @@ from trainer.model_source import load_policy
 from trainer.policy import collate, token_logprobs
 from trainer.rl_math import minibatch_rows
 from trainer.sampling import SamplingSettings
-from trainer.step import Groups, backward, pieces, prepare
+from trainer.step import Groups, backward, learner_tokens, pieces, prepare
 from trainer.torch_sampler import TorchSampler
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3=", "50+50="]  # unequal lengths: left padding
@@ -81,7 +81,7 @@ def gradients(cfg, policy, rollouts) -> tuple[list[torch.Tensor], torch.Tensor, 
     return (
         grads,
         prepared.advantages_NT,
-        len(pieces(prepared.batch, rows, cfg.learner_batch_tokens)),
+        len(pieces(prepared.batch, rows, learner_tokens(cfg, policy.model.config))),
     )
 
 
@@ -130,13 +130,13 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
     assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
 
 
-@pytest.mark.parametrize("value", ["0", "2.5", "big"])
+@pytest.mark.parametrize(("value", "shown"), [("0", "0"), ("2.5", "2.5"), ("big", "'big'")])
 def test_a_micro_batch_that_is_not_auto_or_a_count_is_refused_before_any_model_loads(
-    composed, value
+    composed, value, shown
 ):
     from trainer.validation import ConfigError, validate
 
-    with pytest.raises(ConfigError, match=rf"^learner_batch_tokens={value}: must be auto or an"):
+    with pytest.raises(ConfigError, match=rf"^learner_batch_tokens={shown}: must be auto or an"):
         validate(composed(f"learner_batch_tokens={value}"))
     validate(composed("learner_batch_tokens=1024"))
     validate(composed("learner_batch_tokens=auto"))
