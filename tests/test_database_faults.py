@@ -71,7 +71,10 @@ def assert_every_point_complete_once(storage: str, tracking: str, points: int) -
     (name,) = optuna.get_all_study_names(storage)
     trials = optuna.load_study(study_name=name, storage=storage).trials
     complete = [t for t in trials if t.state.name == "COMPLETE"]
-    assert len(Counter(tuple(sorted(t.params.items())) for t in complete)) == points
+    every = [
+        (t.number, t.state.name, t.params, t.user_attrs.get(TrialAttr.FAIL_REASON)) for t in trials
+    ]
+    assert len(Counter(tuple(sorted(t.params.items())) for t in complete)) == points, every
     assert len(complete) == points
     states = Counter(t.state.name for t in trials if not records.is_interrupted(t))
     assert states == {"COMPLETE": points}, [(t.number, t.state, t.user_attrs) for t in trials]
@@ -136,7 +139,13 @@ def test_a_server_restarted_twice_under_two_workers_loses_no_configuration(
     again = start(tmp_path / "w0", storage, tracking, *args)  # the same command once more
     outputs.append(finished(again))
     assert again.returncode == 0, outputs[-1][-3000:]
-    trials = assert_every_point_complete_once(storage, tracking, points=4)
+    codes = [w.returncode for w in [*workers, again]]
+    try:
+        trials = assert_every_point_complete_once(storage, tracking, points=4)
+    except AssertionError as e:  # what each worker said, to tell a lost point's story
+        raise AssertionError(
+            f"{e}; exit codes {codes}; " + " | ".join(o[-1500:] for o in outputs)
+        ) from e
     assert_interrupted_points_resumed(trials)
 
 
