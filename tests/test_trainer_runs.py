@@ -146,6 +146,22 @@ def test_resume_continues_exactly_where_the_checkpoint_left(tmp_path, composed, 
 
 
 @pytest.mark.slow
+def test_resuming_from_the_last_steps_checkpoint_reports_the_final_eval_again(
+    tmp_path, composed, new_recorder
+):
+    """A run lost after its last checkpoint but before its result was recorded (a database
+    restart, a kill): resumed, it has no step left to train, and its result is the final eval
+    of the same weights, the same numbers (the eval is seeded)."""
+    first = new_recorder()
+    done = train(composed(*SMALL, "max_steps=2", "save_every=2", root=tmp_path), first)
+    again = new_recorder()
+    resumed = train(composed(*SMALL, "max_steps=2", "resume=true", root=tmp_path), again)
+    assert sorted(again.steps) == [2]  # no step trained, the final eval reported at step 2
+    assert again.steps[2]["eval/reward/mean"] == first.steps[2]["eval/reward/mean"]
+    assert resumed.final_eval == done.final_eval
+
+
+@pytest.mark.slow
 def test_baseline_of_zero_warns(tmp_path, caplog, composed, new_recorder):
     data = tmp_path / "hard.jsonl"
     data.write_text(

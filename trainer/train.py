@@ -134,6 +134,11 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     finally:
         pipeline.close()
         bar.close()
+    if start_step >= cfg.max_steps:  # resumed from the last step's checkpoint: its result is
+        # the final eval, which a run lost after that checkpoint never got to record
+        eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
+        last_eval = eval_metrics[metrics_names.EVAL_REWARD]
+        _report(reporter, cfg.max_steps, eval_metrics)
     save_final(cfg.output_dir, policy, cfg)
     return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem)
 
