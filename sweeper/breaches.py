@@ -5,13 +5,13 @@ Why not Optuna's constraints alone: TPE sets a breaching trial apart before it r
 state, and once two safe trials exist it lands in TPE's "bad" group whatever it is told, so
 the breach constraint the sweep records changes no sample (bench/HEALTH.md). Drawing again
 next to a breach is a 1-nearest-neighbour guess at the unsafe region; replayed on a recorded
-lr landscape it cut the trials sampled where runs break from 8.82 to 7.63 of 20 (standard
-deviation over replays 1.03) with the same best (bench/HEALTH.md).
+lr landscape it cut the trials sampled where runs break from 8.82 to 7.48 of 20 (standard
+deviation over replays 1.03 and 1.06) with the same best (bench/HEALTH.md).
 
 A point drawn jointly (TPE in Optuna 5 is multivariate after its start-up trials; GP, CMA-ES)
-is drawn again whole, and after MAX_DRAWS such draws each param on its own; a param drawn alone (start-up trials, random) is drawn again with
-"nearest" measured over the params drawn so far. For a study over lr alone both are exactly
-the replayed rule.
+is drawn again whole, and after MAX_DRAWS such draws each param on its own; a param drawn
+alone (start-up trials, random) is drawn again with "nearest" measured over the params drawn
+so far. For a study over lr alone both are exactly the replayed rule.
 """
 
 from __future__ import annotations
@@ -21,12 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.records import TrialAttr
@@ -113,9 +108,7 @@ def distance(
 
 
 def _gap(x: Any, y: Any, d: BaseDistribution) -> float:
-    if isinstance(d, CategoricalDistribution) or not isinstance(
-        d, FloatDistribution | IntDistribution
-    ):
+    if not isinstance(d, FloatDistribution | IntDistribution):  # categorical
         return 0.0 if x == y else 1.0
     low, high, x, y = float(d.low), float(d.high), float(x), float(y)
     if d.log:
