@@ -37,6 +37,7 @@ from trainer.locks import flocked
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
+BEAT_RETRY_S = 1.0  # a heartbeat that failed is tried again this soon
 PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
 
 
@@ -180,14 +181,17 @@ class Heartbeat:
 
     def _beat(self) -> None:
         storage = oa.storage_of(self.study)
-        while not self._stop.wait(self.interval):
+        pause = self.interval
+        while not self._stop.wait(pause):
             try:
                 for trial_id in list(self.in_flight()):
-                    # Not retried: a missed beat is the next beat's business, and a thread that
-                    # waited out a lost database would log after the sweep's last line.
+                    # Not retried here: a thread that waited out a lost database would log
+                    # after the sweep's last line.
                     RDBStorage.record_heartbeat(storage, trial_id)
-            except Exception:  # a busy or lost database skips one beat
-                continue
+                pause = self.interval
+            except Exception:  # a busy (sqlite locked) or lost database: beat again in a
+                # second, not an interval later, so busy moments never add up to the grace period
+                pause = min(BEAT_RETRY_S, self.interval)
 
 
 def wait_for(predicate: Callable[[], bool], poll_s: float, timeout_s: float) -> bool:

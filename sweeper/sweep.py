@@ -28,6 +28,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import Trial, TrialState
 
 from analysis import records
@@ -328,7 +329,7 @@ class SweepRunner:
             if step.action != racing.STOP:
                 return
         del self.in_flight[flight.trial.number]
-        self._tell(study, flight, step.why if step else "")
+        self._tell_if_still_ours(study, flight, step.why if step else "")
         say(progress_line(study, self.sampler.planned, self.s.maximize))
         self._stop_if_nothing_to_gain(study)
         self._update_tuned(study)
@@ -360,6 +361,20 @@ class SweepRunner:
         for flight in [f for f in self.in_flight.values() if f.hold]:
             if flight.trial.number in self.in_flight:
                 self._seeds_ended(study, flight, pending)
+
+    def _tell_if_still_ours(self, study: optuna.Study, flight: InFlight, race: str) -> None:
+        """Tell the study, unless another worker found the trial stale meanwhile (it missed
+        this worker's heartbeats) and queued its point again: that run counts, this is dropped."""
+        try:
+            if oa.fresh(study, oa.trial_id(flight.trial)).state == TrialState.RUNNING:
+                self._tell(study, flight, race)
+                return
+        except UpdateFinishedTrialError:  # taken over between the look and the tell
+            pass
+        say(
+            f"[sweep {self.name}] t{flight.trial.number} was taken over by another worker "
+            "(its heartbeats were missed); this worker's result of it is dropped"
+        )
 
     def _tell(self, study: optuna.Study, flight: InFlight, race: str = "") -> None:
         """The configuration's outcome, from what its seeds recorded, into the study."""

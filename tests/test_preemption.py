@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, TrialAttr
+from sweeper import recovery, slots
 
 pytestmark = pytest.mark.slow
 
@@ -93,3 +94,42 @@ def test_kill_9_then_the_same_command_resumes_from_the_checkpoint(tmp_path):
     sweep.wait(timeout=30)
     time.sleep(4)  # past the heartbeat grace period
     _resumes_and_completes(tmp_path)
+
+
+def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(tmp_path):
+    """A worker whose heartbeats another worker missed (a stalled host, a locked database) has
+    its trial lost and its point queued again, as the other worker's recovery does it. When its
+    own run then ends it drops that result and goes on (it once crashed writing to the finished
+    trial): it takes the queued point, and the point completes once."""
+    args = ["lr=1e-3", "batch_size=4", "max_steps=40", "eval_every=0", "save_every=0"]
+    args += ["task.eval_size=16", "hydra.sweeper.health=[]"]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "sweeper", "-m", *args],
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not (running := _running(tmp_path)):
+        assert worker.poll() is None and time.monotonic() < deadline, worker.stdout.read()[-3000:]
+        time.sleep(0.2)
+    study = study_in(tmp_path)
+    trial_id = running[0]._trial_id
+    assert recovery.lose(study, trial_id, "its sweeper stopped (this test)", max_in_a_row=3)
+    slots.give_back(study, study._storage.get_trial(trial_id), {})
+    out = worker.communicate(timeout=600)[0]
+    assert worker.returncode == 0, out[-3000:]
+    assert "t0 was taken over by another worker" in out, out[-3000:]
+    trials = study_in(tmp_path).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"], out[-3000:]
+    assert trials[0].user_attrs[TrialAttr.FAIL_REASON].startswith("lost: its sweeper stopped")
+
+
+def _running(cwd: Path) -> list:
+    """The RUNNING trials of the sweep in cwd (none while the study does not exist yet)."""
+    try:
+        return [t for t in study_in(cwd).trials if t.state.name == "RUNNING"]
+    except ValueError:  # no study yet
+        return []

@@ -10,7 +10,7 @@ from trainer.model_source import load_policy
 from trainer.policy import Policy, collate, token_logprobs
 from trainer.sampling import Rollout, SamplingSettings
 from trainer.step import optimizer_step
-from trainer.torch_sampler import TorchSampler
+from trainer.torch_sampler import INVERSE_CDF_VOCAB, TorchSampler, draw
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
 
@@ -205,6 +205,25 @@ def test_sampler_log_probs_are_the_learners_on_policy(composed, merge_lora, sett
     rollouts = TorchSampler(policy).sample(PROMPTS * 8, settings)
     assert learner_kl(policy, rollouts, settings.temperature) < 1e-9
     assert all(len(r.completion_ids) == len(r.sampler_logps) >= 1 for r in rollouts)
+
+
+def test_a_wide_vocabulary_draws_each_token_with_its_probability_and_never_a_cut_one():
+    """The inverse-CDF draw (vocabularies of INVERSE_CDF_VOCAB tokens or more): frequencies
+    within 5 standard errors of the probabilities, and a zero-probability token (cut by top-k or
+    top-p) never drawn, wherever it sits."""
+    torch.manual_seed(0)
+    vocab, rows = INVERSE_CDF_VOCAB + 3, 200_000
+    probs_V = torch.zeros(vocab)
+    probs_V[[0, 7, vocab // 2, vocab - 2]] = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    counts_V = torch.bincount(draw(probs_V.expand(rows, -1)), minlength=vocab).double()
+    assert counts_V.sum() == rows
+    assert counts_V[probs_V == 0].sum() == 0
+    expected_V = probs_V.double() * rows
+    stderr_V = (probs_V.double() * (1 - probs_V.double()) * rows).sqrt()
+    kept = probs_V > 0
+    assert ((counts_V[kept] - expected_V[kept]).abs() < 5 * stderr_V[kept]).all()
+    # unnormalised rows (what a softmax gives, up to rounding) draw the same way
+    assert draw(torch.tensor([[0.0] * (vocab - 1) + [2.5]])).item() == vocab - 1
 
 
 def test_completions_stop_at_end_of_sequence_or_max_tokens(composed):

@@ -40,8 +40,10 @@ def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
 
 
 def scored(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Tempered logits; bfloat16 ones are scored in float32, float64 stays float64."""
-    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    """Tempered logits; bfloat16 ones are scored in float32, float64 stays float64. At
+    temperature 1 float32 logits are returned as they are: dividing by one would copy them."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return logits if temperature == 1 else logits / temperature
 
 
 def logprobs_from_logits(
