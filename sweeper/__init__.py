@@ -26,3 +26,8 @@ Modules, one job each, in the order a sweep uses them:
 The records a sweep writes (keys, tags, states) are analysis/records.py's, the results layer
 below this package; the training it runs is trainer/'s.
 """
+
+
+class SweepError(Exception):
+    """The one error a user sees from the sweeper: a setting or search space that cannot
+    work. One line naming what and why; the command exits with code 1."""

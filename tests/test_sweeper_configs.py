@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from analysis.tuned_file import tuned_path, write_tuned
-from sweeper.samplers import choose_sampler
-from sweeper.space import parse_space
+from sweeper.plan.search_sampler import choose_sampler
+from sweeper.plan.space import parse_space
 
 
 def _compose(config_name: str, overrides: list[str], hydra_node: bool = False):

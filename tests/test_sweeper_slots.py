@@ -10,11 +10,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper import slots
-from sweeper.recovery import fail_stale_trials
-from sweeper.samplers import choose_sampler
-from sweeper.space import parse_space
-from sweeper.storage import exclusive, open_storage
+from sweeper.plan.search_sampler import choose_sampler
+from sweeper.plan.space import parse_space
+from sweeper.study import slots
+from sweeper.study.recovery import fail_stale_trials
+from sweeper.study.storage import exclusive, open_storage
 
 
 @pytest.fixture

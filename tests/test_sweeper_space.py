@@ -11,14 +11,14 @@ from conftest import compose_conf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.plan import default_study_name
-from sweeper.preflight import MAX_COMBINATIONS, points
-from sweeper.pruning import TrialPruned
-from sweeper.samplers import choose_sampler
-from sweeper.settings import resolve_settings
-from sweeper.space import parse_space
-from sweeper.storage import open_storage, resolve_url
+from sweeper import SweepError
+from sweeper.plan.preflight import MAX_COMBINATIONS, points
+from sweeper.plan.search_sampler import choose_sampler
+from sweeper.plan.settings import resolve_settings
+from sweeper.plan.space import parse_space
+from sweeper.plan.sweep_plan import default_study_name
+from sweeper.study.storage import open_storage, resolve_url
+from sweeper.sweep.job import TrialPruned
 from trainer.health import HealthMonitor, HealthRule
 
 

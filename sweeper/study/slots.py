@@ -30,9 +30,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from analysis.records import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
-from sweeper.samplers import SamplerChoice
-from sweeper.space import SearchSpace
-from sweeper.storage import exclusive
+from sweeper.plan.search_sampler import SamplerChoice
+from sweeper.plan.space import SearchSpace
+from sweeper.study.storage import exclusive
 
 
 @dataclass
@@ -103,7 +103,7 @@ def give_back(
     """Queue an interrupted trial's point again; the next worker to take a slot runs it,
     resuming each seed from its folder's last checkpoint (when it saved one). carried: the
     records of seeds that completed ({replicate key: record}), kept rather than run again.
-    The count of losses in a row goes with it (sweeper/recovery.py)."""
+    The count of losses in a row goes with it (sweeper/study/recovery.py)."""
     attrs = {
         TrialAttr.RETRY_OF: trial.number,
         TrialAttr.RESUME_DIRS: resume_dirs,

@@ -1,9 +1,9 @@
 """What a sweep will run, decided and checked before anything heavy loads.
 
 The settings, the search space, the sampler, the study's name, and every configuration the
-space can reach composed and validated (sweeper/preflight.py). This module and what it
+space can reach composed and validated (sweeper/plan/preflight.py). This module and what it
 imports stay free of MLflow, PEFT, transformers and the trainer, so a bad input fails within
-seconds of the command; sweeper/sweep.py, which runs the plan, loads them afterwards.
+seconds of the command; sweeper/sweep/loop.py, which runs the plan, loads them afterwards.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.preflight import check_points
-from sweeper.samplers import SamplerChoice, choose_sampler
-from sweeper.settings import SweepSettings, resolve_settings
-from sweeper.space import SearchSpace, parse_space
+from sweeper import SweepError
+from sweeper.plan.preflight import check_points
+from sweeper.plan.search_sampler import SamplerChoice, choose_sampler
+from sweeper.plan.settings import SweepSettings, resolve_settings
+from sweeper.plan.space import SearchSpace, parse_space
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from sweeper.errors import SweepError
-from sweeper.space import SearchSpace, Value
+from sweeper import SweepError
+from sweeper.plan.space import SearchSpace, Value
 from trainer.validation import ConfigError, validate
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The Optuna sampler for a search space, and how many trials the sweep plans.
 
 `auto` picks an exact grid when every swept key is discrete: each combination is queued
-once as a trial with fixed params (sweeper/slots.py), so it runs exactly once even across
+once as a trial with fixed params (sweeper/study/slots.py), so it runs exactly once even across
 resumes and workers, and the sampler is never consulted. (Optuna's GridSampler is not used:
 it picks points as trials start, which races between workers at the end of a grid.) Any
 continuous range makes `auto` pick TPE, which runs `n_trials` trials in total.
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import optuna
 
-from sweeper.breaches import AvoidsBreaches
-from sweeper.errors import SweepError
-from sweeper.space import SearchSpace
+from sweeper import SweepError
+from sweeper.plan.breaches import AvoidsBreaches
+from sweeper.plan.space import SearchSpace
 
 
 @dataclass
@@ -41,7 +41,7 @@ def choose_sampler(name: str, space: SearchSpace, n_trials: int, seed: int | Non
             )
         # Every grid trial has all its params fixed: this sampler only fills the slot.
         return SamplerChoice("grid", optuna.samplers.RandomSampler(seed=0), space.grid_size)
-    # Every searching sampler steers clear of health breaches (sweeper/breaches.py).
+    # Every searching sampler steers clear of health breaches (sweeper/plan/breaches.py).
     return SamplerChoice(name, AvoidsBreaches(_searching_sampler(name, seed)), n_trials)
 
 

@@ -1,8 +1,8 @@
-"""The sweep: open the study of a checked plan (sweeper/plan.py), then keep `n_jobs` runs going.
+"""The sweep: open the study of a checked plan (sweeper/plan/sweep_plan.py), then keep `n_jobs` runs going.
 
 Several sweeper processes may run the same command against one storage (a shared
 PostgreSQL, or one SQLite file on a machine); the study is the only shared state. Its plan
-is a queue of slots (sweeper/slots.py), one per configuration, that each worker takes from,
+is a queue of slots (sweeper/study/slots.py), one per configuration, that each worker takes from,
 so a grid is covered once and TPE runs n_trials in total, whatever the number of workers.
 
 Within a worker, each configuration runs as `seeds` jobs (one per seed), and `n_jobs` lanes
@@ -36,18 +36,20 @@ from analysis.text import show
 from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
 from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper import SweepError
 from sweeper import optuna_adapter as oa
-from sweeper import racing, recovery, runs, slots, terminator
-from sweeper.devices import DevicePool
-from sweeper.display import final_table, progress_line, say
-from sweeper.errors import SweepError
-from sweeper.plan import SweepPlan
-from sweeper.preflight import compose, one_line
-from sweeper.replicates import combine, seeds_of
-from sweeper.space import format_value
-from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
-from sweeper.storage import Heartbeat, exclusive, open_storage
-from sweeper.study import StudySpec, open_study
+from sweeper.plan.preflight import compose, one_line
+from sweeper.plan.space import format_value
+from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.results import runs
+from sweeper.results.display import final_table, progress_line, say
+from sweeper.study import recovery, slots
+from sweeper.study.create import StudySpec, open_study
+from sweeper.study.storage import Heartbeat, exclusive, open_storage
+from sweeper.sweep import racing, terminator
+from sweeper.sweep.devices import DevicePool
+from sweeper.sweep.outcome import combine, seeds_of
+from sweeper.sweep.signals import Stopped, stop_child_processes, stop_signals_interrupt
 from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client
@@ -92,7 +94,7 @@ class InFlight:
 
 
 class SweepRunner:
-    """Runs a checked plan (sweeper/plan.py); GRPOSweeper.sweep hands over to it."""
+    """Runs a checked plan (sweeper/plan/sweep_plan.py); GRPOSweeper.sweep hands over to it."""
 
     def __init__(
         self,
@@ -315,7 +317,7 @@ class SweepRunner:
 
     def _seeds_ended(self, study: optuna.Study, flight: InFlight, pending: deque) -> None:
         """Every started seed ended: with seeds=auto one more seed, a hold, or the end of its
-        race (sweeper/racing.py); then the study is told."""
+        race (sweeper/sweep/racing.py); then the study is told."""
         step = None
         if self.s.race and not flight.stop:
             trials = study.get_trials(deepcopy=False)

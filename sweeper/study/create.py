@@ -16,12 +16,13 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import RDBStorage
 
 from analysis.records import StudyAttr
-from sweeper import runs, slots
-from sweeper.errors import SweepError
-from sweeper.samplers import SamplerChoice
-from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
-from sweeper.storage import wait_for
+from sweeper import SweepError
+from sweeper.plan.search_sampler import SamplerChoice
+from sweeper.plan.settings import SweepSettings
+from sweeper.plan.space import SearchSpace
+from sweeper.results import runs
+from sweeper.study import slots
+from sweeper.study.storage import wait_for
 
 JOIN_TIMEOUT_S = 30  # how long a joining worker waits for the creator to finish setting up
 

@@ -14,8 +14,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.storage import resolve_url
+from sweeper import SweepError
+from sweeper.study.storage import resolve_url
 from trainer.database import DEFAULT_RETRY_S
 from trainer.health import HealthRule, default_rules, rules_from_settings
 
@@ -29,9 +29,9 @@ class SweepSettings:
     objective: str
     n_trials: int
     seeds: int  # seeds each configuration starts with (all it gets, unless racing)
-    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweeper/racing.py)
+    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweep/racing.py)
     max_seeds: int
-    terminator: bool  # stop a search once nothing more is to gain (sweeper/terminator.py)
+    terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
     max_failure_rate: float
