@@ -23,7 +23,7 @@ from trainer.health import HealthRule, default_rules, rules_from_settings
 @dataclass(frozen=True)
 class SweepSettings:
     params: dict[str, str]
-    sampler: str
+    search_sampler: str  # hydra.sweeper.sampler: Optuna's, not the LLM's `sampler` group
     seed: int | None
     direction: str
     objective: str
@@ -109,7 +109,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
     _require(threshold > 0, "kl_threshold", threshold, "must be > 0")
     return SweepSettings(
         params=dict(_plain(conf.params) or {}),
-        sampler=_value(conf.sampler),
+        search_sampler=_value(conf.sampler),
         seed=conf.seed,
         direction=_value(conf.direction),
         objective=conf.objective,

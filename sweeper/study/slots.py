@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from analysis.records import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
-from sweeper.plan.search_sampler import SamplerChoice
+from sweeper.plan.search_sampler import SearchSampler
 from sweeper.plan.space import SearchSpace
 from sweeper.study.storage import exclusive
 
@@ -65,17 +65,17 @@ class Counts:
         return self.done + self.running + self.waiting
 
 
-def fill(study: optuna.Study, url: str, space: SearchSpace, plan: SamplerChoice) -> int:
+def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: SearchSampler) -> int:
     """Queue the slots the plan lacks; return how many. Run by the study's creator, and
     by a worker that joins it (a resume with a larger n_trials adds the difference, and a
     point whose re-queue was lost with its worker is queued again)."""
     with exclusive(url):
-        if plan.is_grid:
+        if search_sampler.is_grid:
             trials = study.get_trials(deepcopy=False)
             have = [_params(t) for t in trials if not is_interrupted(t)]
             missing = [p for p in grid_points(space) if p not in have]
         else:
-            missing = [{}] * max(0, plan.planned - Counts.of(study).slots)
+            missing = [{}] * max(0, search_sampler.planned - Counts.of(study).slots)
         for params in missing:
             study.enqueue_trial(params)
     return len(missing)

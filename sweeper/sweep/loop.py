@@ -106,7 +106,7 @@ class SweepRunner:
         config: DictConfig,
     ) -> None:
         self.s, self.space, self.name = plan.settings, plan.space, plan.name
-        self.sampler = plan.sampler
+        self.search_sampler = plan.search_sampler
         self.conf = conf
         self.config = config
         self.config_loader = hydra_context.config_loader
@@ -137,7 +137,7 @@ class SweepRunner:
         storage = open_storage(
             self.s.storage, self.s.heartbeat_interval, self.s.grace_period, patient=False
         )
-        spec = StudySpec(self.name, self.space, self.sampler, self.s, self.config.experiment)
+        spec = StudySpec(self.name, self.space, self.search_sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
         if not self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
             study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
@@ -145,7 +145,7 @@ class SweepRunner:
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
         seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
         say(
-            f"[sweep {self.name}] {self.sampler.name} over {swept}: {self.sampler.planned} trials{seeds}"
+            f"[sweep {self.name}] {self.search_sampler.name} over {swept}: {self.search_sampler.planned} trials{seeds}"
         )
         with stop_signals_interrupt():
             try:
@@ -181,7 +181,7 @@ class SweepRunner:
         self._update_tuned(study)
         print(final_table(study, verdict), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
-        line = progress_line(study, self.sampler.planned, self.s.maximize)
+        line = progress_line(study, self.search_sampler.planned, self.s.maximize)
         say(f"{line}; {stopped}" if stopped else line)
 
     # --- the loop ---------------------------------------------------------------------
@@ -228,7 +228,7 @@ class SweepRunner:
         if not slots.Counts.of(study).running:
             return False
         say(
-            progress_line(study, self.sampler.planned, self.s.maximize)
+            progress_line(study, self.search_sampler.planned, self.s.maximize)
             + "; waiting for other workers"
         )
         time.sleep(self.s.heartbeat_interval)
@@ -236,9 +236,9 @@ class SweepRunner:
 
     def _check_failures(self, study: optuna.Study) -> None:
         failed = slots.Counts.of(study).failed
-        if failed > self.s.max_failure_rate * self.sampler.planned:
+        if failed > self.s.max_failure_rate * self.search_sampler.planned:
             raise FailureRateExceeded(
-                f"{failed} of {self.sampler.planned} planned trials failed, more than "
+                f"{failed} of {self.search_sampler.planned} planned trials failed, more than "
                 f"max_failure_rate={self.s.max_failure_rate} allows; see the table above"
             )
 
@@ -322,7 +322,9 @@ class SweepRunner:
         if self.s.race and not flight.stop:
             trials = study.get_trials(deepcopy=False)
             me = oa.fresh(study, oa.trial_id(flight.trial))
-            step = racing.look(trials, me, self.s.max_seeds, self.s.maximize, self.sampler.is_grid)
+            step = racing.look(
+                trials, me, self.s.max_seeds, self.s.maximize, self.search_sampler.is_grid
+            )
             flight.hold = step.action == racing.HOLD
             if step.action == racing.SEED:
                 flight.seeds.append(max(flight.seeds) + 1)
@@ -331,7 +333,7 @@ class SweepRunner:
                 return
         del self.in_flight[flight.trial.number]
         self._tell(study, flight, step.why if step else "")
-        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         self._stop_if_nothing_to_gain(study)
         self._update_tuned(study)
         self._look_again(study, pending)
@@ -348,7 +350,7 @@ class SweepRunner:
             study.get_trials(deepcopy=False),
             self.s.maximize,
             self.s.terminator_min_trials,
-            self.sampler.planned,
+            self.search_sampler.planned,
             self.s.seed,
         )
         if reason is None:
@@ -440,7 +442,7 @@ class SweepRunner:
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
-        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         sys.exit(
             f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
         )
