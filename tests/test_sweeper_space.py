@@ -12,7 +12,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
-from sweeper.plan.preflight import MAX_COMBINATIONS, points
+from sweeper.plan.preflight import MAX_COMBINATIONS, configurations_to_check
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.settings import resolve_settings
 from sweeper.plan.space import parse_space
@@ -148,14 +148,14 @@ def test_default_study_name_is_stable_and_order_free():
 
 def test_preflight_points_cover_grid_and_range_endpoints():
     space = parse_space({}, ["group_size=2,4", "lr=interval(1e-3,1e-2)"])
-    assert list(points(space)) == [
+    assert list(configurations_to_check(space)) == [
         {"group_size": 2, "lr": 1e-3},
         {"group_size": 2, "lr": 1e-2},
         {"group_size": 4, "lr": 1e-3},
         {"group_size": 4, "lr": 1e-2},
     ]
     big = parse_space({}, ["a=range(0,20)", "b=range(0,20)"])  # 400 > MAX_COMBINATIONS
-    checked = list(points(big))
+    checked = list(configurations_to_check(big))
     assert len(checked) == 40 < MAX_COMBINATIONS
     assert {p["a"] for p in checked} == set(range(20))
 

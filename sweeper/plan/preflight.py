@@ -26,11 +26,11 @@ log = logging.getLogger(__name__)
 MAX_COMBINATIONS = 256
 
 
-def check_points(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
-    """Compose and validate every point; return how many were checked."""
+def check_configurations(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
+    """Compose and validate every configuration to check; return how many were checked."""
     warnings: set[str] = set()
     count = 0
-    for values in points(space):
+    for values in configurations_to_check(space):
         overrides = space.overrides(values)
         cfg = compose(config_loader, master_config, overrides)
         try:
@@ -44,7 +44,7 @@ def check_points(config_loader, master_config: DictConfig, space: SearchSpace) -
     return count
 
 
-def points(space: SearchSpace) -> Iterator[dict[str, Value]]:
+def configurations_to_check(space: SearchSpace) -> Iterator[dict[str, Value]]:
     names = list(space.params)
     endpoints = [space.params[n].endpoints for n in names]
     total = 1

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
-from sweeper.plan.preflight import check_points
+from sweeper.plan.preflight import check_configurations
 from sweeper.plan.search_sampler import SearchSampler, choose_search_sampler
 from sweeper.plan.settings import SweepSettings, resolve_settings
 from sweeper.plan.space import SearchSpace, parse_space
@@ -51,7 +51,7 @@ def plan_sweep(
             "lr='tag(log, interval(1e-4,1e-2))')"
         )
     name = s.study_name or default_study_name(space, search_sampler, s)
-    checked = check_points(config_loader, master_config, space)
+    checked = check_configurations(config_loader, master_config, space)
     log.info("Checked %d configurations of the search space", checked)
     if search_sampler.is_grid and search_sampler.planned > s.max_grid_size:
         raise SweepError(

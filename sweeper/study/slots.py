@@ -73,7 +73,7 @@ def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: Sear
         if search_sampler.is_grid:
             trials = study.get_trials(deepcopy=False)
             have = [_params(t) for t in trials if not is_interrupted(t)]
-            missing = [p for p in grid_points(space) if p not in have]
+            missing = [p for p in grid_configurations(space) if p not in have]
         else:
             missing = [{}] * max(0, search_sampler.planned - Counts.of(study).slots)
         for params in missing:
@@ -88,7 +88,7 @@ def _params(trial: FrozenTrial) -> dict:
     return trial.system_attrs.get("fixed_params") or trial.params
 
 
-def grid_points(space: SearchSpace) -> list[dict]:
+def grid_configurations(space: SearchSpace) -> list[dict]:
     names = list(space.params)
     values = [space.params[n].values or () for n in names]
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]

@@ -49,7 +49,7 @@ from sweeper.study.storage import Heartbeat, exclusive, open_storage
 from sweeper.sweep import racing, terminator
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.outcome import combine, seeds_of
-from sweeper.sweep.signals import Stopped, stop_child_processes, stop_signals_interrupt
+from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
 from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client
@@ -120,7 +120,7 @@ class SweepRunner:
         try:
             return self._sweep()
         except DatabaseUnreachable as e:  # the trials in flight are queued again on resume
-            stop_child_processes()
+            end_child_processes()
             # Nothing more can be recorded: leave at once, so that no job thread still waiting
             # on the database speaks after this line (an orderly exit joins those threads).
             print(f"error: {e}; resume with the same command once it is back", file=sys.stderr)
@@ -147,7 +147,7 @@ class SweepRunner:
         say(
             f"[sweep {self.name}] {self.search_sampler.name} over {swept}: {self.search_sampler.planned} trials{seeds}"
         )
-        with stop_signals_interrupt():
+        with signals_interrupt():
             try:
                 self._loop(study)
             except KeyboardInterrupt as e:
@@ -431,8 +431,8 @@ class SweepRunner:
 
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
-        what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
-        stop_child_processes()
+        what = str(signal_) if isinstance(signal_, SignalInterrupt) else "Ctrl-C"
+        end_child_processes()
         reason = f"interrupted ({what}); queued again"
         with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
             for flight in list(self.in_flight.values()):

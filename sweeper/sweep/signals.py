@@ -1,5 +1,7 @@
-"""How a running sweep is stopped: SIGTERM and SIGHUP (preemption, a time limit, `docker
-stop`) raise like Ctrl-C, and local job processes end with the sweep."""
+"""Process signals: SIGTERM and SIGHUP (preemption, a time limit, `docker stop`) interrupt a
+running sweep as Ctrl-C does, and local job processes end with the sweep. (Not early
+stopping: a trial ends early when pruned, a search when the terminator stops it;
+docs/glossary.md.)"""
 
 from __future__ import annotations
 
@@ -8,21 +10,21 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+INTERRUPT_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: handled like Ctrl-C."""
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: an interrupt, handled like Ctrl-C."""
 
 
-def _raise_stopped(signum: int, frame: Any) -> None:
-    raise Stopped(STOP_SIGNALS.get(signum, str(signum)))
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise SignalInterrupt(INTERRUPT_SIGNALS.get(signum, str(signum)))
 
 
 @contextlib.contextmanager
-def stop_signals_interrupt() -> Iterator[None]:
-    """Within the block, the stop signals raise `Stopped`; the previous handlers come back."""
-    previous = {sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, these signals raise `SignalInterrupt`; the previous handlers come back."""
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in INTERRUPT_SIGNALS}
     try:
         yield
     finally:
@@ -30,7 +32,7 @@ def stop_signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def stop_child_processes(grace_s: float = 5.0) -> None:
+def end_child_processes(grace_s: float = 5.0) -> None:
     """End local job processes (joblib's workers) so none trains on after the sweep stops."""
     import psutil
 
