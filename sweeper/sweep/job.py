@@ -3,7 +3,8 @@
 In a sweep the sweeper passes the binding to a live trial (`trial.id`, `trial.storage`, ...)
 in the job's overrides, so this may run in any process or host: it opens the trial from the
 storage, reads the study's health rules, and after every step logs to MLflow, reports the
-objective to Optuna and checks the rules. It records its own outcome (a `Replicate`: one
+objective to Optuna and checks the rules (a rule that fires, or the objective pruner,
+prunes it: `TrialPruned`). It records its own outcome (a `Replicate`: one
 seed of the trial) and closes its MLflow run, then lets any exception propagate: the sweeper
 reads it from Hydra's JobReturn and tells the study once every seed has ended. Without a
 binding (no `-m`) it is one plain training run, exactly `python -m trainer`.
