@@ -1,6 +1,6 @@
 """What a sweep stores, defined once: every key, and how values go in and out of the stores.
 
-The job (sweeper/job.py), the sweep (sweeper/sweep.py) and the analysis (analysis/) all read
+The job (sweeper/sweep/job.py), the sweep (sweeper/sweep/loop.py) and the analysis (analysis/) all read
 and write through these names and codecs; docs/records.md describes them for people. Nothing
 here talks to a store: this module only names and encodes. It lives in analysis/, the results
 layer the sweeper writes through and the analysis reads, so analysis never imports the sweeper.
@@ -98,7 +98,7 @@ class TrialAttr:
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
     INTERRUPTED = "interrupted"
     LOST_IN_A_ROW = "lost_in_a_row"  # times its point was lost to the infrastructure in a row
-    RACE = "race"  # seeds=auto: why it got the seeds it got (sweeper/racing.py), one line
+    RACE = "race"  # seeds=auto: why it got the seeds it got (sweeper/sweep/racing.py), one line
     REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 

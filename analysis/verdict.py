@@ -37,7 +37,7 @@ class Config:
     params: dict[str, Any]
     seeds: tuple[Seed, ...]
     baseline: float | None = None  # mean eval reward at step 0 over its seeds
-    race: str = ""  # seeds=auto: why it got the seeds it got (sweeper/racing.py)
+    race: str = ""  # seeds=auto: why it got the seeds it got (sweeper/sweep/racing.py)
 
     @property
     def values(self) -> list[float]:
@@ -137,7 +137,7 @@ def verdict(
     configs: Sequence[Config], maximize: bool = True, max_seeds: int | None = None
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the
-    race's corrected level and its pooled seed variance (sweeper/racing.py), so the verdict
+    race's corrected level and its pooled seed variance (sweeper/sweep/racing.py), so the verdict
     decides only what the race decided."""
     summaries = [summarize(c) for c in configs if c.values]
     ranked = sorted(summaries, key=lambda s: -s.mean if maximize else s.mean)

@@ -27,7 +27,7 @@ import optuna
 from analysis import records
 from analysis.stats import MIN_SEEDS
 from analysis.verdict import Config, Seed, verdict
-from sweeper.racing import HOLD, SEED, STOP, Entry, decide
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
 from trainer.rl_math import mean_and_stderr
 
 RESULTS = Path(__file__).resolve().parent / "results"

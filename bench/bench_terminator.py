@@ -27,7 +27,7 @@ import optuna
 from optuna.distributions import FloatDistribution
 
 from analysis import records
-from sweeper.terminator import stop_reason
+from sweeper.sweep.terminator import stop_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

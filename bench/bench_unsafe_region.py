@@ -33,7 +33,7 @@ from optuna.distributions import FloatDistribution
 
 from analysis import records
 from analysis.records import BREACH_CONSTRAINT, TrialAttr
-from sweeper.breaches import AvoidsBreaches
+from sweeper.plan.breaches import AvoidsBreaches
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -17,7 +17,7 @@ from trainer.config import config_dir
 def main(cfg: DictConfig) -> float:
     # Imported here, after Hydra composed the config and the sweeper checked every point of
     # the search space: a bad input fails before the trainer's imports (PEFT, transformers, MLflow).
-    from sweeper.job import run
+    from sweeper.sweep.job import run
 
     return run(cfg)
 

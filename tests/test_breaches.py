@@ -1,4 +1,4 @@
-"""A searching sampler keeps away from health breaches (sweeper/breaches.py): the distance on
+"""A searching sampler keeps away from health breaches (sweeper/plan/breaches.py): the distance on
 hand-computed numbers, and a real TPE study that never proposes next to a breach."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 
 from analysis.records import BREACH_CONSTRAINT, TrialAttr
-from sweeper.breaches import AvoidsBreaches, distance, nearest_breached
+from sweeper.plan.breaches import AvoidsBreaches, distance, nearest_breached
 
 LR = FloatDistribution(1e-4, 1e-2, log=True)
 SPACE = {"lr": LR, "group_size": CategoricalDistribution([4, 8]), "steps": IntDistribution(0, 10)}

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from sweeper.devices import DevicePool
-from sweeper.errors import SweepError
+from sweeper import SweepError
+from sweeper.sweep.devices import DevicePool
 
 
 def test_concurrent_runs_get_distinct_devices_and_return_them():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import run_sweep, study_in
 
-from sweeper.pruning import TrialPruned
+from sweeper.sweep.job import TrialPruned
 from trainer.health import (
     Breach,
     Check,

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, TrialAttr
-from sweeper import recovery, slots
+from sweeper.study import recovery, slots
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Racing seeds (sweeper/racing.py) on hand-computed numbers: each decision a configuration
+"""Racing seeds (sweeper/sweep/racing.py) on hand-computed numbers: each decision a configuration
 can reach after a look, and the verdict's words for a raced study."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from analysis import stats
 from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
-from sweeper.racing import HOLD, SEED, STOP, Entry, decide
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 

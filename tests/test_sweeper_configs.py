@@ -11,8 +11,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from analysis.tuned_file import tuned_path, write_tuned
-from sweeper.samplers import choose_sampler
-from sweeper.space import parse_space
+from sweeper.plan.search_sampler import choose_search_sampler
+from sweeper.plan.space import parse_space
 
 
 def _compose(config_name: str, overrides: list[str], hydra_node: bool = False):
@@ -71,7 +71,7 @@ def test_search_presets_compose_into_a_tpe_space(in_tmp, preset):
     }
     assert space.params["group_size"].values == (4, 8)  # the command line wins
     assert space.log_params == ["lr"]
-    assert choose_sampler(sweeper.sampler, space, sweeper.n_trials, None).name == "tpe"
+    assert choose_search_sampler(sweeper.sampler, space, sweeper.n_trials, None).name == "tpe"
 
 
 def test_the_working_directory_is_on_the_search_path_of_our_apps_only(in_tmp):

@@ -10,11 +10,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper import slots
-from sweeper.recovery import fail_stale_trials
-from sweeper.samplers import choose_sampler
-from sweeper.space import parse_space
-from sweeper.storage import exclusive, open_storage
+from sweeper.plan.search_sampler import choose_search_sampler
+from sweeper.plan.space import parse_space
+from sweeper.study import slots
+from sweeper.study.recovery import fail_stale_trials
+from sweeper.study.storage import exclusive, open_storage
 
 
 @pytest.fixture
@@ -22,21 +22,25 @@ def url(tmp_path):
     return f"sqlite:///{tmp_path}/sweeps.db"
 
 
-def _study(url, plan, name="s"):
+def _study(url, search_sampler, name="s"):
     return optuna.create_study(
-        storage=open_storage(url), study_name=name, sampler=plan.sampler, load_if_exists=True
+        storage=open_storage(url),
+        study_name=name,
+        sampler=search_sampler.optuna_sampler,
+        load_if_exists=True,
     )
 
 
 def test_workers_taking_at_once_cover_a_grid_exactly_once(url):
     space = parse_space({}, ["group_size=2,4,8", "lr=1e-3,2e-3", "loss=ppo,dapo"])
-    plan = choose_sampler("auto", space, 100, None)
-    assert slots.fill(_study(url, plan), url, space, plan) == 12
-    assert slots.fill(_study(url, plan), url, space, plan) == 0  # a resume queues nothing more
+    search_sampler = choose_search_sampler("auto", space, 100, None)
+    assert slots.fill(_study(url, search_sampler), url, space, search_sampler) == 12
+    # a resume queues nothing more
+    assert slots.fill(_study(url, search_sampler), url, space, search_sampler) == 0
     taken: list[dict] = []
 
     def worker() -> None:
-        study = _study(url, plan)  # its own storage connection, like another process
+        study = _study(url, search_sampler)  # its own storage connection, like another process
         while (trial := slots.take(study, url, space.distributions)) is not None:
             taken.append(trial.params)
             study.tell(trial, 1.0)
@@ -48,53 +52,55 @@ def test_workers_taking_at_once_cover_a_grid_exactly_once(url):
         t.join()
     assert len(taken) == 12
     assert set(Counter(tuple(sorted(p.items())) for p in taken).values()) == {1}
-    assert len(_study(url, plan).trials) == 12
+    assert len(_study(url, search_sampler).trials) == 12
 
 
 def test_a_worker_joining_while_a_slot_is_half_taken_queues_nothing(url):
     # Taking a slot writes its params one by one; a worker that joins in between (and
     # fills the plan) must still see the whole point as present.
     space = parse_space({}, ["group_size=2,4", "lr=1e-3,2e-3"])
-    plan = choose_sampler("auto", space, 100, None)
-    study = _study(url, plan)
-    assert slots.fill(study, url, space, plan) == 4
+    search_sampler = choose_search_sampler("auto", space, 100, None)
+    study = _study(url, search_sampler)
+    assert slots.fill(study, url, space, search_sampler) == 4
     study.ask().suggest_categorical("group_size", [2, 4])  # the first of two params written
     assert [t.params for t in study.trials if t.state == TrialState.RUNNING] == [{"group_size": 2}]
-    assert slots.fill(_study(url, plan), url, space, plan) == 0
+    assert slots.fill(_study(url, search_sampler), url, space, search_sampler) == 0
     assert len(study.trials) == 4
 
 
 def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
-    plan = choose_sampler("auto", space, 3, seed=0)
-    study = _study(url, plan)
-    assert slots.fill(study, url, space, plan) == 3
+    search_sampler = choose_search_sampler("auto", space, 3, seed=0)
+    study = _study(url, search_sampler)
+    assert slots.fill(study, url, space, search_sampler) == 3
     while (trial := slots.take(study, url, space.distributions)) is not None:
         assert 1e-4 <= trial.params["lr"] <= 1e-2
         study.tell(trial, trial.params["lr"])
     assert slots.Counts.of(study).complete == 3
-    more = choose_sampler("auto", space, 5, seed=0)
+    more = choose_search_sampler("auto", space, 5, seed=0)
     assert slots.fill(study, url, space, more) == 2
 
 
 def _study_with_a_stale_trial(url):
     """A two-point grid whose first taken trial's sweeper died (its heartbeat is stale)."""
     space = parse_space({}, ["group_size=2,4"])
-    plan = choose_sampler("auto", space, 10, None)
+    search_sampler = choose_search_sampler("auto", space, 10, None)
     storage = open_storage(url, heartbeat_interval=1, grace_period=1)
-    study = optuna.create_study(storage=storage, study_name="s", sampler=plan.sampler)
-    slots.fill(study, url, space, plan)
+    study = optuna.create_study(
+        storage=storage, study_name="s", sampler=search_sampler.optuna_sampler
+    )
+    slots.fill(study, url, space, search_sampler)
     trial = slots.take(study, url, space.distributions)
     storage.record_heartbeat(trial._trial_id)  # ...then its sweeper dies
     time.sleep(2.5)
-    return study, space, plan
+    return study, space, search_sampler
 
 
 def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(url):
     space = parse_space({}, ["lr=tag(log, interval(1e-4, 1e-2))"])
-    plan = choose_sampler("auto", space, 3, seed=0)
-    assert slots.fill(_study(url, plan), url, space, plan) == 3
-    more = choose_sampler("auto", space, 6, seed=0)
+    search_sampler = choose_search_sampler("auto", space, 3, seed=0)
+    assert slots.fill(_study(url, search_sampler), url, space, search_sampler) == 3
+    more = choose_search_sampler("auto", space, 6, seed=0)
     at_once = threading.Barrier(4)
     added: list[int] = []
 
@@ -131,12 +137,12 @@ def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
 def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
     # Between failing an interrupted trial and queuing its point again the point looks
     # missing; a worker joining then (and filling the plan) would queue it a second time.
-    study, space, plan = _study_with_a_stale_trial(url)
+    study, space, search_sampler = _study_with_a_stale_trial(url)
     failed, queued_by_joiner = threading.Event(), []
 
     def joiner() -> None:
         failed.wait()
-        queued_by_joiner.append(slots.fill(_study(url, plan), url, space, plan))
+        queued_by_joiner.append(slots.fill(_study(url, search_sampler), url, space, search_sampler))
 
     thread = threading.Thread(target=joiner)
     thread.start()

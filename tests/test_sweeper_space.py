@@ -11,14 +11,14 @@ from conftest import compose_conf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.plan import default_study_name
-from sweeper.preflight import MAX_COMBINATIONS, points
-from sweeper.pruning import TrialPruned
-from sweeper.samplers import choose_sampler
-from sweeper.settings import resolve_settings
-from sweeper.space import parse_space
-from sweeper.storage import open_storage, resolve_url
+from sweeper import SweepError
+from sweeper.plan.preflight import MAX_COMBINATIONS, configurations_to_check
+from sweeper.plan.search_sampler import choose_search_sampler
+from sweeper.plan.settings import resolve_settings
+from sweeper.plan.space import parse_space
+from sweeper.plan.sweep_plan import default_study_name
+from sweeper.study.storage import open_storage, resolve_url
+from sweeper.sweep.job import TrialPruned
 from trainer.health import HealthMonitor, HealthRule
 
 
@@ -86,13 +86,13 @@ def test_bad_search_spaces_fail_with_one_line(argument, message):
 
 
 def test_auto_sampler_is_a_grid_for_choices_and_tpe_for_ranges():
-    grid = choose_sampler("auto", parse_space({}, ["a=1,2", "b=range(0,3)"]), 50, None)
+    grid = choose_search_sampler("auto", parse_space({}, ["a=1,2", "b=range(0,3)"]), 50, None)
     assert grid.is_grid and grid.planned == 6
-    tpe = choose_sampler("auto", parse_space({}, ["a=1,2", "b=interval(0,1)"]), 7, None)
+    tpe = choose_search_sampler("auto", parse_space({}, ["a=1,2", "b=interval(0,1)"]), 7, None)
     assert tpe.name == "tpe" and tpe.planned == 7
-    assert isinstance(tpe.sampler.base, optuna.samplers.TPESampler)  # kept off breaches
+    assert isinstance(tpe.optuna_sampler.base, optuna.samplers.TPESampler)  # kept off breaches
     with pytest.raises(SweepError, match="continuous range"):
-        choose_sampler("grid", parse_space({}, ["b=interval(0,1)"]), 5, None)
+        choose_search_sampler("grid", parse_space({}, ["b=interval(0,1)"]), 5, None)
 
 
 def test_prune_exception_carries_its_breach_through_pickling_for_process_launchers():
@@ -139,23 +139,23 @@ def test_default_study_name_is_stable_and_order_free():
     s = resolve_settings(GRPOSweeperConf(), config_kl_threshold=0.01)
     a = parse_space({}, ["group_size=4,8", "lr=1e-5,2e-5", "max_steps=3"])
     b = parse_space({}, ["max_steps=3", "lr=1e-5,2e-5", "group_size=4,8"])
-    plan = choose_sampler("auto", a, 10, None)
-    assert default_study_name(a, plan, s) == default_study_name(b, plan, s)
+    search_sampler = choose_search_sampler("auto", a, 10, None)
+    assert default_study_name(a, search_sampler, s) == default_study_name(b, search_sampler, s)
     c = parse_space({}, ["group_size=4,8", "lr=1e-5,2e-5", "max_steps=4"])
-    assert default_study_name(a, plan, s) != default_study_name(c, plan, s)
-    assert default_study_name(a, plan, s).startswith("grpo-")
+    assert default_study_name(a, search_sampler, s) != default_study_name(c, search_sampler, s)
+    assert default_study_name(a, search_sampler, s).startswith("grpo-")
 
 
 def test_preflight_points_cover_grid_and_range_endpoints():
     space = parse_space({}, ["group_size=2,4", "lr=interval(1e-3,1e-2)"])
-    assert list(points(space)) == [
+    assert list(configurations_to_check(space)) == [
         {"group_size": 2, "lr": 1e-3},
         {"group_size": 2, "lr": 1e-2},
         {"group_size": 4, "lr": 1e-3},
         {"group_size": 4, "lr": 1e-2},
     ]
     big = parse_space({}, ["a=range(0,20)", "b=range(0,20)"])  # 400 > MAX_COMBINATIONS
-    checked = list(points(big))
+    checked = list(configurations_to_check(big))
     assert len(checked) == 40 < MAX_COMBINATIONS
     assert {p["a"] for p in checked} == set(range(20))
 

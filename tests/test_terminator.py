@@ -1,4 +1,4 @@
-"""sweeper/terminator.py on hand-built studies (a real in-memory Optuna storage): which noise the
+"""sweeper/sweep/terminator.py on hand-built studies (a real in-memory Optuna storage): which noise the
 best configuration's value has, and when the regret bound falls below it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import optuna
 from optuna.distributions import FloatDistribution
 
 from analysis.records import Replicate, State, replicate_key
-from sweeper.terminator import best_noise, stop_reason
+from sweeper.sweep.terminator import best_noise, stop_reason
 
 
 def _study(points: list[tuple[float, list[float]]]) -> optuna.Study:

@@ -2,7 +2,7 @@
 
 Every field can be set on the command line, e.g. `hydra.sweeper.n_trials=20`. Choices are
 Enums, so a misspelt one fails when Hydra composes the config; the other rules are checked
-once, in sweeper/settings.py. Kept free of heavy imports: Hydra imports this module whenever
+once, in sweeper/plan/settings.py. Kept free of heavy imports: Hydra imports this module whenever
 it scans its plugins.
 """
 
@@ -50,7 +50,7 @@ class GRPOSweeperConf:
     n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
-    # `auto` races them (sweeper/racing.py): 2 seeds each, then one more at a time only for
+    # `auto` races them (sweeper/sweep/racing.py): 2 seeds each, then one more at a time only for
     # configurations the verdict cannot yet tell apart from the leader, up to max_seeds.
     seeds: Any = 1
     # Training runs at once in this process. With hydra/launcher=joblib (or a cluster
@@ -74,7 +74,7 @@ class GRPOSweeperConf:
     # Searches (tpe, gp, random, cmaes) only: end the study before n_trials once the best
     # configuration cannot plausibly be beaten by more than its noise: Optuna's regret bound
     # (how much better any untried point could plausibly be) below the best's standard error
-    # (over its seeds, or over eval problems with one seed). sweeper/terminator.py says why
+    # (over its seeds, or over eval problems with one seed). sweeper/sweep/terminator.py says why
     # these two; the reason is recorded on the study, its MLflow run and in the verdict.
     terminator: bool = False
     # Completed configurations before the terminator looks: the regret bound comes from a

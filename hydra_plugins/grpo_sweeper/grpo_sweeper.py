@@ -1,9 +1,9 @@
 """The Sweeper class Hydra instantiates; the work is done by the `sweeper` package.
 
 A sweep is planned and checked first (`sweeper.plan`: Hydra, Optuna and the config checks),
-then run (`sweeper.sweep.SweepRunner`, which loads MLflow, PEFT and the trainer). A bad input thus
-fails before the heavy imports, and scanning the plugins stays fast for every Hydra app in
-this environment.
+then run (`sweeper.sweep.loop.SweepRunner`, which loads MLflow, PEFT and the trainer). A bad
+input thus fails before the heavy imports, and scanning the plugins stays fast for every Hydra
+app in this environment.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ class GRPOSweeper(Sweeper):
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def sweep(self, arguments: list[str]) -> Any:
-        from sweeper.errors import SweepError
-        from sweeper.plan import plan_sweep
+        from sweeper import SweepError
+        from sweeper.plan.sweep_plan import plan_sweep
 
         conf = GRPOSweeperConf(**self.settings)
         try:
             plan = plan_sweep(conf, self.config, self.hydra_context.config_loader, arguments)
-            from sweeper.sweep import SweepRunner  # MLflow and the trainer, once the plan holds
+            from sweeper.sweep.loop import (
+                SweepRunner,  # MLflow and the trainer, once the plan holds
+            )
 
             runner = SweepRunner(
                 plan,

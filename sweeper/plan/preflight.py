@@ -17,8 +17,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from sweeper.errors import SweepError
-from sweeper.space import SearchSpace, Value
+from sweeper import SweepError
+from sweeper.plan.space import SearchSpace, Value
 from trainer.validation import ConfigError, validate
 
 log = logging.getLogger(__name__)
@@ -26,11 +26,11 @@ log = logging.getLogger(__name__)
 MAX_COMBINATIONS = 256
 
 
-def check_points(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
-    """Compose and validate every point; return how many were checked."""
+def check_configurations(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
+    """Compose and validate every configuration to check; return how many were checked."""
     warnings: set[str] = set()
     count = 0
-    for values in points(space):
+    for values in configurations_to_check(space):
         overrides = space.overrides(values)
         cfg = compose(config_loader, master_config, overrides)
         try:
@@ -44,7 +44,7 @@ def check_points(config_loader, master_config: DictConfig, space: SearchSpace) -
     return count
 
 
-def points(space: SearchSpace) -> Iterator[dict[str, Value]]:
+def configurations_to_check(space: SearchSpace) -> Iterator[dict[str, Value]]:
     names = list(space.params)
     endpoints = [space.params[n].endpoints for n in names]
     total = 1

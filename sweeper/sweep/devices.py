@@ -12,7 +12,7 @@ import queue
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sweeper.errors import SweepError
+from sweeper import SweepError
 
 
 class DevicePool:

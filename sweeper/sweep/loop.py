@@ -1,8 +1,8 @@
-"""The sweep: open the study of a checked plan (sweeper/plan.py), then keep `n_jobs` runs going.
+"""The sweep: open the study of a checked plan (sweeper/plan/sweep_plan.py), then keep `n_jobs` runs going.
 
 Several sweeper processes may run the same command against one storage (a shared
 PostgreSQL, or one SQLite file on a machine); the study is the only shared state. Its plan
-is a queue of slots (sweeper/slots.py), one per configuration, that each worker takes from,
+is a queue of slots (sweeper/study/slots.py), one per configuration, that each worker takes from,
 so a grid is covered once and TPE runs n_trials in total, whatever the number of workers.
 
 Within a worker, each configuration runs as `seeds` jobs (one per seed), and `n_jobs` lanes
@@ -37,18 +37,20 @@ from analysis.text import show
 from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
 from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper import SweepError
 from sweeper import optuna_adapter as oa
-from sweeper import racing, recovery, runs, slots, terminator
-from sweeper.devices import DevicePool
-from sweeper.display import final_table, progress_line, say
-from sweeper.errors import SweepError
-from sweeper.plan import SweepPlan
-from sweeper.preflight import compose, one_line
-from sweeper.replicates import combine, seeds_of
-from sweeper.space import format_value
-from sweeper.stopping import Stopped, stop_child_processes, stop_signals_interrupt
-from sweeper.storage import Heartbeat, exclusive, open_storage
-from sweeper.study import StudySpec, open_study
+from sweeper.plan.preflight import compose, one_line
+from sweeper.plan.space import format_value
+from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.results import runs
+from sweeper.results.display import final_table, progress_line, say
+from sweeper.study import recovery, slots
+from sweeper.study.create import StudySpec, open_study
+from sweeper.study.storage import Heartbeat, exclusive, open_storage
+from sweeper.sweep import racing, terminator
+from sweeper.sweep.devices import DevicePool
+from sweeper.sweep.outcome import combine, seeds_of
+from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
 from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.errors import fail_reason
 from trainer.tracking import check_tracking_uri, tracking_client
@@ -93,7 +95,7 @@ class InFlight:
 
 
 class SweepRunner:
-    """Runs a checked plan (sweeper/plan.py); GRPOSweeper.sweep hands over to it."""
+    """Runs a checked plan (sweeper/plan/sweep_plan.py); GRPOSweeper.sweep hands over to it."""
 
     def __init__(
         self,
@@ -105,7 +107,7 @@ class SweepRunner:
         config: DictConfig,
     ) -> None:
         self.s, self.space, self.name = plan.settings, plan.space, plan.name
-        self.sampler = plan.sampler
+        self.search_sampler = plan.search_sampler
         self.conf = conf
         self.config = config
         self.config_loader = hydra_context.config_loader
@@ -119,7 +121,7 @@ class SweepRunner:
         try:
             return self._sweep()
         except DatabaseUnreachable as e:  # the trials in flight are queued again on resume
-            stop_child_processes()
+            end_child_processes()
             # Nothing more can be recorded: leave at once, so that no job thread still waiting
             # on the database speaks after this line (an orderly exit joins those threads).
             print(f"error: {e}; resume with the same command once it is back", file=sys.stderr)
@@ -136,7 +138,7 @@ class SweepRunner:
         storage = open_storage(
             self.s.storage, self.s.heartbeat_interval, self.s.grace_period, patient=False
         )
-        spec = StudySpec(self.name, self.space, self.sampler, self.s, self.config.experiment)
+        spec = StudySpec(self.name, self.space, self.search_sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
         if not self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
             study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
@@ -144,9 +146,9 @@ class SweepRunner:
         swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
         seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
         say(
-            f"[sweep {self.name}] {self.sampler.name} over {swept}: {self.sampler.planned} trials{seeds}"
+            f"[sweep {self.name}] {self.search_sampler.name} over {swept}: {self.search_sampler.planned} trials{seeds}"
         )
-        with stop_signals_interrupt():
+        with signals_interrupt():
             try:
                 self._loop(study)
             except KeyboardInterrupt as e:
@@ -180,7 +182,7 @@ class SweepRunner:
         self._update_tuned(study)
         print(final_table(study, verdict), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
-        line = progress_line(study, self.sampler.planned, self.s.maximize)
+        line = progress_line(study, self.search_sampler.planned, self.s.maximize)
         say(f"{line}; {stopped}" if stopped else line)
 
     # --- the loop ---------------------------------------------------------------------
@@ -227,7 +229,7 @@ class SweepRunner:
         if not slots.Counts.of(study).running:
             return False
         say(
-            progress_line(study, self.sampler.planned, self.s.maximize)
+            progress_line(study, self.search_sampler.planned, self.s.maximize)
             + "; waiting for other workers"
         )
         time.sleep(self.s.heartbeat_interval)
@@ -235,9 +237,9 @@ class SweepRunner:
 
     def _check_failures(self, study: optuna.Study) -> None:
         failed = slots.Counts.of(study).failed
-        if failed > self.s.max_failure_rate * self.sampler.planned:
+        if failed > self.s.max_failure_rate * self.search_sampler.planned:
             raise FailureRateExceeded(
-                f"{failed} of {self.sampler.planned} planned trials failed, more than "
+                f"{failed} of {self.search_sampler.planned} planned trials failed, more than "
                 f"max_failure_rate={self.s.max_failure_rate} allows; see the table above"
             )
 
@@ -316,12 +318,14 @@ class SweepRunner:
 
     def _seeds_ended(self, study: optuna.Study, flight: InFlight, pending: deque) -> None:
         """Every started seed ended: with seeds=auto one more seed, a hold, or the end of its
-        race (sweeper/racing.py); then the study is told."""
+        race (sweeper/sweep/racing.py); then the study is told."""
         step = None
         if self.s.race and not flight.stop:
             trials = study.get_trials(deepcopy=False)
             me = oa.fresh(study, oa.trial_id(flight.trial))
-            step = racing.look(trials, me, self.s.max_seeds, self.s.maximize, self.sampler.is_grid)
+            step = racing.look(
+                trials, me, self.s.max_seeds, self.s.maximize, self.search_sampler.is_grid
+            )
             flight.hold = step.action == racing.HOLD
             if step.action == racing.SEED:
                 flight.seeds.append(max(flight.seeds) + 1)
@@ -330,7 +334,7 @@ class SweepRunner:
                 return
         del self.in_flight[flight.trial.number]
         self._tell_if_still_ours(study, flight, step.why if step else "")
-        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         self._stop_if_nothing_to_gain(study)
         self._update_tuned(study)
         self._look_again(study, pending)
@@ -347,7 +351,7 @@ class SweepRunner:
             study.get_trials(deepcopy=False),
             self.s.maximize,
             self.s.terminator_min_trials,
-            self.sampler.planned,
+            self.search_sampler.planned,
             self.s.seed,
         )
         if reason is None:
@@ -442,8 +446,8 @@ class SweepRunner:
 
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
-        what = str(signal_) if isinstance(signal_, Stopped) else "Ctrl-C"
-        stop_child_processes()
+        what = str(signal_) if isinstance(signal_, SignalInterrupt) else "Ctrl-C"
+        end_child_processes()
         reason = f"interrupted ({what}); queued again"
         with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
             for flight in list(self.in_flight.values()):
@@ -453,7 +457,7 @@ class SweepRunner:
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
-        say(progress_line(study, self.sampler.planned, self.s.maximize))
+        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         sys.exit(
             f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
         )

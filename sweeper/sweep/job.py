@@ -3,7 +3,8 @@
 In a sweep the sweeper passes the binding to a live trial (`trial.id`, `trial.storage`, ...)
 in the job's overrides, so this may run in any process or host: it opens the trial from the
 storage, reads the study's health rules, and after every step logs to MLflow, reports the
-objective to Optuna and checks the rules. It records its own outcome (a `Replicate`: one
+objective to Optuna and checks the rules (a rule that fires, or the objective pruner,
+prunes it: `TrialPruned`). It records its own outcome (a `Replicate`: one
 seed of the trial) and closes its MLflow run, then lets any exception propagate: the sweeper
 reads it from Hydra's JobReturn and tells the study once every seed has ended. Without a
 binding (no `-m`) it is one plain training run, exactly `python -m trainer`.
@@ -23,18 +24,44 @@ from omegaconf import DictConfig
 
 from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
-from sweeper.pruning import TrialPruned, make_pruner
-from sweeper.runs import close_trial_run, trial_run_name
-from sweeper.storage import open_storage
+from sweeper.results.runs import close_trial_run, trial_run_name
+from sweeper.study.storage import open_storage
 from trainer.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.database import DatabaseUnreachable, set_retry_window
 from trainer.errors import fail_reason
-from trainer.health import HealthMonitor, rules_from_settings
+from trainer.health import Breach, HealthMonitor, rules_from_settings
 from trainer.metrics import EVAL_REWARD, stderr_of
 from trainer.run import train_and_log
 from trainer.sweep_job import training_config
 from trainer.tracking import MLflowRun, tracking_client
 from trainer.train import train
+
+# --- stopping a trial early ------------------------------------------------------
+# Health rules (trainer/health.py) are our own: Optuna's `trial.report` takes one value per
+# step, and that value is the objective (eval reward), so rules on other metrics cannot go
+# through it. The reporter checks them after every step and raises `TrialPruned` with the
+# breach; the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays
+# Optuna's, on the intermediate objective values reported at eval steps.
+
+
+class TrialPruned(optuna.TrialPruned):
+    """Raised from the reporter to stop training; carries the breach across processes."""
+
+    def __init__(self, breach: Breach | None) -> None:
+        super().__init__(str(breach) if breach else "pruned by the objective pruner")
+        self.breach = breach
+
+    def __reduce__(self):  # picklable for the joblib launcher, breach included
+        return (TrialPruned, (self.breach,))
+
+
+def make_pruner(name: str, warmup_steps: int) -> optuna.pruners.BasePruner:
+    """The objective pruner the job's trial asks at eval steps (none, median, hyperband)."""
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup_steps)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=max(1, warmup_steps))
+    return optuna.pruners.NopPruner()
 
 
 class TrialReporter:

@@ -1,9 +1,10 @@
 """What a sweep will run, decided and checked before anything heavy loads.
 
-The settings, the search space, the sampler, the study's name, and every configuration the
-space can reach composed and validated (sweeper/preflight.py). This module and what it
-imports stay free of MLflow, PEFT, transformers and the trainer, so a bad input fails within
-seconds of the command; sweeper/sweep.py, which runs the plan, loads them afterwards.
+The settings, the search space, the search sampler, the study's name, and every
+configuration the space can reach composed and validated (sweeper/plan/preflight.py). This
+module and what it imports stay free of MLflow, PEFT, transformers and the trainer, so a bad
+input fails within seconds of the command; sweeper/sweep/loop.py, which runs the plan, loads
+them afterwards.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.preflight import check_points
-from sweeper.samplers import SamplerChoice, choose_sampler
-from sweeper.settings import SweepSettings, resolve_settings
-from sweeper.space import SearchSpace, parse_space
+from sweeper import SweepError
+from sweeper.plan.preflight import check_configurations
+from sweeper.plan.search_sampler import SearchSampler, choose_search_sampler
+from sweeper.plan.settings import SweepSettings, resolve_settings
+from sweeper.plan.space import SearchSpace, parse_space
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 class SweepPlan:
     settings: SweepSettings
     space: SearchSpace
-    sampler: SamplerChoice
+    search_sampler: SearchSampler
     name: str  # the study's
 
 
@@ -42,31 +43,31 @@ def plan_sweep(
     space = parse_space(s.params, arguments)
     if (s.seeds > 1 or s.race) and "seed" in space.params:
         raise SweepError("seed is swept and hydra.sweeper.seeds > 1: use one or the other")
-    sampler = choose_sampler(s.sampler, space, s.n_trials, s.seed)
-    if s.terminator and sampler.is_grid:
+    search_sampler = choose_search_sampler(s.search_sampler, space, s.n_trials, s.seed)
+    if s.terminator and search_sampler.is_grid:
         raise SweepError(
             "hydra.sweeper.terminator=true: only a search (tpe, gp, random, cmaes) can stop "
             "early; a grid runs each of its points once (give a range, e.g. "
             "lr='tag(log, interval(1e-4,1e-2))')"
         )
-    name = s.study_name or default_study_name(space, sampler, s)
-    checked = check_points(config_loader, master_config, space)
+    name = s.study_name or default_study_name(space, search_sampler, s)
+    checked = check_configurations(config_loader, master_config, space)
     log.info("Checked %d configurations of the search space", checked)
-    if sampler.is_grid and sampler.planned > s.max_grid_size:
+    if search_sampler.is_grid and search_sampler.planned > s.max_grid_size:
         raise SweepError(
             f"hydra.sweeper.max_grid_size={s.max_grid_size}: the grid has "
-            f"{sampler.planned} points; to run them all, confirm with "
-            f"hydra.sweeper.max_grid_size={sampler.planned}"
+            f"{search_sampler.planned} points; to run them all, confirm with "
+            f"hydra.sweeper.max_grid_size={search_sampler.planned}"
         )
-    return SweepPlan(s, space, sampler, name)
+    return SweepPlan(s, space, search_sampler, name)
 
 
-def default_study_name(space: SearchSpace, plan: SamplerChoice, s: SweepSettings) -> str:
+def default_study_name(space: SearchSpace, search_sampler: SearchSampler, s: SweepSettings) -> str:
     """Stable for the same command: a hash of the sorted overrides and search settings."""
     swept = [f"{p.key}={p.spec}" for p in space.params.values()]
     key: dict[str, Any] = {
         "overrides": sorted([*space.fixed, *swept]),
-        "sampler": plan.name,
+        "sampler": search_sampler.name,
         "objective": s.objective,
         "direction": s.direction,
     }

@@ -31,7 +31,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from sweeper.errors import SweepError
+from sweeper import SweepError
 from sweeper.optuna_adapter import format_override_value
 
 Value = str | int | float | bool | None

@@ -19,8 +19,8 @@ import optuna
 from optuna.storages import BaseStorage, RDBStorage
 
 from analysis.records import absolute_url, sqlite_path
+from sweeper import SweepError
 from sweeper import optuna_adapter as oa
-from sweeper.errors import SweepError
 from trainer.database import (
     DatabaseUnreachable,
     advisory_lock,

@@ -15,7 +15,7 @@ from analysis.verdict import (
     Verdict,
     interval_cells,
 )
-from sweeper.slots import Counts
+from sweeper.study.slots import Counts
 
 
 def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:

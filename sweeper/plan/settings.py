@@ -14,8 +14,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper.errors import SweepError
-from sweeper.storage import resolve_url
+from sweeper import SweepError
+from sweeper.study.storage import resolve_url
 from trainer.database import DEFAULT_RETRY_S
 from trainer.health import HealthRule, default_rules, rules_from_settings
 
@@ -23,15 +23,15 @@ from trainer.health import HealthRule, default_rules, rules_from_settings
 @dataclass(frozen=True)
 class SweepSettings:
     params: dict[str, str]
-    sampler: str
+    search_sampler: str  # hydra.sweeper.sampler: Optuna's, not the LLM's `sampler` group
     seed: int | None
     direction: str
     objective: str
     n_trials: int
     seeds: int  # seeds each configuration starts with (all it gets, unless racing)
-    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweeper/racing.py)
+    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweep/racing.py)
     max_seeds: int
-    terminator: bool  # stop a search once nothing more is to gain (sweeper/terminator.py)
+    terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
     max_failure_rate: float
@@ -109,7 +109,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
     _require(threshold > 0, "kl_threshold", threshold, "must be > 0")
     return SweepSettings(
         params=dict(_plain(conf.params) or {}),
-        sampler=_value(conf.sampler),
+        search_sampler=_value(conf.sampler),
         seed=conf.seed,
         direction=_value(conf.direction),
         objective=conf.objective,

@@ -16,12 +16,13 @@ from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import RDBStorage
 
 from analysis.records import StudyAttr
-from sweeper import runs, slots
-from sweeper.errors import SweepError
-from sweeper.samplers import SamplerChoice
-from sweeper.settings import SweepSettings
-from sweeper.space import SearchSpace
-from sweeper.storage import wait_for
+from sweeper import SweepError
+from sweeper.plan.search_sampler import SearchSampler
+from sweeper.plan.settings import SweepSettings
+from sweeper.plan.space import SearchSpace
+from sweeper.results import runs
+from sweeper.study import slots
+from sweeper.study.storage import wait_for
 
 JOIN_TIMEOUT_S = 30  # how long a joining worker waits for the creator to finish setting up
 
@@ -32,7 +33,7 @@ class StudySpec:
 
     name: str
     space: SearchSpace
-    plan: SamplerChoice
+    search_sampler: SearchSampler
     settings: SweepSettings
     experiment: str  # MLflow experiment
 
@@ -50,7 +51,7 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
             with warnings.catch_warnings():  # experimental in Optuna 5, stable in use
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([spec.settings.objective])
-            slots.fill(study, spec.settings.storage, spec.space, spec.plan)
+            slots.fill(study, spec.settings.storage, spec.space, spec.search_sampler)
             for key, value in study_attrs(spec, parent).items():
                 study.set_user_attr(key, value)  # the parent run id last
             return study, parent
@@ -61,7 +62,7 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
     parent = study.user_attrs[parent_key]
     runs.reopen_run(parent)
     # e.g. a resume with a larger n_trials, or a point whose re-queue died with its worker
-    slots.fill(study, spec.settings.storage, spec.space, spec.plan)
+    slots.fill(study, spec.settings.storage, spec.space, spec.search_sampler)
     return study, parent
 
 
@@ -69,11 +70,16 @@ def _create_or_join(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study,
     direction = spec.settings.direction
     try:
         study = optuna.create_study(
-            storage=storage, study_name=spec.name, sampler=spec.plan.sampler, direction=direction
+            storage=storage,
+            study_name=spec.name,
+            sampler=spec.search_sampler.optuna_sampler,
+            direction=direction,
         )
         return study, True
     except DuplicatedStudyError:
-        study = optuna.load_study(study_name=spec.name, storage=storage, sampler=spec.plan.sampler)
+        study = optuna.load_study(
+            study_name=spec.name, storage=storage, sampler=spec.search_sampler.optuna_sampler
+        )
     existing = study.direction.name.lower()
     if existing != direction:
         raise SweepError(
@@ -93,7 +99,7 @@ def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
         StudyAttr.KL_THRESHOLD: s.kl_threshold,
         StudyAttr.PRUNER: s.pruner,
         StudyAttr.PRUNER_WARMUP_STEPS: s.pruner_warmup_steps,
-        StudyAttr.SAMPLER: spec.plan.name,
+        StudyAttr.SAMPLER: spec.search_sampler.name,
         StudyAttr.SEEDS: s.seeds,
         **({StudyAttr.MAX_SEEDS: s.max_seeds} if s.race else {}),
         StudyAttr.SEARCH_SPACE: spec.space.specs,
@@ -110,11 +116,11 @@ def run_params(spec: StudySpec) -> dict[str, Any]:
     s = spec.settings
     params: dict[str, Any] = {f"search_space.{k}": v for k, v in spec.space.specs.items()}
     params.update(
-        sampler=spec.plan.name,
+        sampler=spec.search_sampler.name,
         pruner=s.pruner,
         objective=s.objective,
         direction=s.direction,
-        planned_trials=spec.plan.planned,
+        planned_trials=spec.search_sampler.planned,
         seeds=f"auto (max {s.max_seeds})" if s.race else s.seeds,
         health_rules=", ".join(rule.name for rule in s.health_rules) or "none",
         kl_threshold=s.kl_threshold,

@@ -1,7 +1,9 @@
-"""The Optuna sampler for a search space, and how many trials the sweep plans.
+"""The search sampler: Optuna's sampler that proposes each trial's params
+(`hydra.sweeper.sampler`), and how many trials the sweep plans. Not the LLM sampler (the
+training config's `sampler` group: torch, vllm) that generates rollouts; docs/glossary.md.
 
 `auto` picks an exact grid when every swept key is discrete: each combination is queued
-once as a trial with fixed params (sweeper/slots.py), so it runs exactly once even across
+once as a trial with fixed params (sweeper/study/slots.py), so it runs exactly once even across
 resumes and workers, and the sampler is never consulted. (Optuna's GridSampler is not used:
 it picks points as trials start, which races between workers at the end of a grid.) Any
 continuous range makes `auto` pick TPE, which runs `n_trials` trials in total.
@@ -13,15 +15,15 @@ from dataclasses import dataclass
 
 import optuna
 
-from sweeper.breaches import AvoidsBreaches
-from sweeper.errors import SweepError
-from sweeper.space import SearchSpace
+from sweeper import SweepError
+from sweeper.plan.breaches import AvoidsBreaches
+from sweeper.plan.space import SearchSpace
 
 
 @dataclass
-class SamplerChoice:
+class SearchSampler:
     name: str  # the sampler actually used (auto resolved)
-    sampler: optuna.samplers.BaseSampler
+    optuna_sampler: optuna.samplers.BaseSampler
     planned: int  # trials the sweep runs in total: the grid size, or n_trials
 
     @property
@@ -29,7 +31,9 @@ class SamplerChoice:
         return self.name == "grid"
 
 
-def choose_sampler(name: str, space: SearchSpace, n_trials: int, seed: int | None) -> SamplerChoice:
+def choose_search_sampler(
+    name: str, space: SearchSpace, n_trials: int, seed: int | None
+) -> SearchSampler:
     """name: one of hydra_plugins.grpo_sweeper.config.Sampler (checked when composed)."""
     if name == "auto":
         name = "grid" if space.is_discrete else "tpe"
@@ -40,9 +44,9 @@ def choose_sampler(name: str, space: SearchSpace, n_trials: int, seed: int | Non
                 f"sampler=grid needs discrete choices, but {ranges[0]} is a continuous range"
             )
         # Every grid trial has all its params fixed: this sampler only fills the slot.
-        return SamplerChoice("grid", optuna.samplers.RandomSampler(seed=0), space.grid_size)
-    # Every searching sampler steers clear of health breaches (sweeper/breaches.py).
-    return SamplerChoice(name, AvoidsBreaches(_searching_sampler(name, seed)), n_trials)
+        return SearchSampler("grid", optuna.samplers.RandomSampler(seed=0), space.grid_size)
+    # Every searching sampler steers clear of health breaches (sweeper/plan/breaches.py).
+    return SearchSampler(name, AvoidsBreaches(_searching_sampler(name, seed)), n_trials)
 
 
 def _searching_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:

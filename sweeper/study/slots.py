@@ -30,9 +30,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from analysis.records import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
-from sweeper.samplers import SamplerChoice
-from sweeper.space import SearchSpace
-from sweeper.storage import exclusive
+from sweeper.plan.search_sampler import SearchSampler
+from sweeper.plan.space import SearchSpace
+from sweeper.study.storage import exclusive
 
 
 @dataclass
@@ -65,17 +65,17 @@ class Counts:
         return self.done + self.running + self.waiting
 
 
-def fill(study: optuna.Study, url: str, space: SearchSpace, plan: SamplerChoice) -> int:
+def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: SearchSampler) -> int:
     """Queue the slots the plan lacks; return how many. Run by the study's creator, and
     by a worker that joins it (a resume with a larger n_trials adds the difference, and a
     point whose re-queue was lost with its worker is queued again)."""
     with exclusive(url):
-        if plan.is_grid:
+        if search_sampler.is_grid:
             trials = study.get_trials(deepcopy=False)
             have = [_params(t) for t in trials if not is_interrupted(t)]
-            missing = [p for p in grid_points(space) if p not in have]
+            missing = [p for p in grid_configurations(space) if p not in have]
         else:
-            missing = [{}] * max(0, plan.planned - Counts.of(study).slots)
+            missing = [{}] * max(0, search_sampler.planned - Counts.of(study).slots)
         for params in missing:
             study.enqueue_trial(params)
     return len(missing)
@@ -88,7 +88,7 @@ def _params(trial: FrozenTrial) -> dict:
     return trial.system_attrs.get("fixed_params") or trial.params
 
 
-def grid_points(space: SearchSpace) -> list[dict]:
+def grid_configurations(space: SearchSpace) -> list[dict]:
     names = list(space.params)
     values = [space.params[n].values or () for n in names]
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
@@ -103,7 +103,7 @@ def give_back(
     """Queue an interrupted trial's point again; the next worker to take a slot runs it,
     resuming each seed from its folder's last checkpoint (when it saved one). carried: the
     records of seeds that completed ({replicate key: record}), kept rather than run again.
-    The count of losses in a row goes with it (sweeper/recovery.py)."""
+    The count of losses in a row goes with it (sweeper/study/recovery.py)."""
     attrs = {
         TrialAttr.RETRY_OF: trial.number,
         TrialAttr.RESUME_DIRS: resume_dirs,

@@ -1,0 +1,1 @@
+"""Stage 4, the results: the sweep's MLflow runs and what the terminal shows."""
