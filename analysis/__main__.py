@@ -20,7 +20,8 @@ from analysis.load import (
     mlflow_client,
     quick_mlflow,
 )
-from analysis.records import DEFAULT_STORAGE, StudyAttr
+from analysis.mlflow_ui import study_link
+from analysis.records import DEFAULT_EXPERIMENT, DEFAULT_STORAGE, StudyAttr
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
 from trainer.errors import first_line
 
@@ -79,7 +80,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"\nReport: {page.absolute()}")
     if not args.no_mlflow_log:
         log_report(data, out)
+    for line in runs_link(data, write=not args.no_mlflow_log):
+        print(line)
     return 0
+
+
+def runs_link(data: StudyData, write: bool) -> list[str]:
+    """The link that opens the study's runs in the MLflow UI; write: save the study's view
+    (its columns) on the experiment first, as the sweep does (analysis/mlflow_ui.py)."""
+    uri = data.attrs.get(StudyAttr.MLFLOW_TRACKING_URI)
+    experiment = data.attrs.get(StudyAttr.MLFLOW_EXPERIMENT, DEFAULT_EXPERIMENT)
+    if not uri:
+        return []
+    try:
+        with quick_mlflow():
+            lines = study_link(mlflow_client(uri), uri, experiment, data.name, data.attrs, write)
+    except Exception as e:  # an unreachable server, a missing file
+        print(f"note: no MLflow link: {uri} could not be read ({first_line(e)})", file=sys.stderr)
+        return []
+    return ["", *lines] if lines else []
 
 
 def log_report(data: StudyData, out: Path) -> None:

@@ -18,6 +18,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
+from analysis.mlflow_ui import study_link
 from analysis.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
 from analysis.text import show
 from trainer.tracking import MLflowRun, tracking_client
@@ -32,6 +33,16 @@ def trial_run_name(number: int, params: Mapping[str, Any], seed: int | None = No
     """`t3 group_size=8 lr=2e-05` (`... seed=1` for one seed of several): readable in the UI."""
     seed_part = f" seed={seed}" if seed is not None else ""
     return f"t{number} {show(params)}".rstrip() + seed_part
+
+
+def runs_link(experiment: str, study: str, attrs: Mapping[str, Any]) -> list[str]:
+    """The lines that open the study's runs in the MLflow UI (analysis/mlflow_ui.py), its saved
+    view written on the way; none when MLflow cannot be read (the sweep's result stands)."""
+    uri = tracking_uri()
+    try:
+        return study_link(tracking_client(uri), uri, experiment, study, attrs)
+    except Exception:  # an unreachable server: the link is a convenience
+        return []
 
 
 def start_parent_run(experiment: str, study: str, params: Mapping[str, Any]) -> str:

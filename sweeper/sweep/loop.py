@@ -140,6 +140,8 @@ class SweepRunner:
         )
         spec = StudySpec(self.name, self.space, self.search_sampler, self.s, self.config.experiment)
         study, self.parent_run_id = open_study(storage, spec)
+        for line in runs.runs_link(self.config.experiment, self.name, study.user_attrs):
+            say(f"[sweep {self.name}] {line.strip()}")
         if not self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
             study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
             say(f"[sweep {self.name}] terminator=false: the study runs on past its stop")
@@ -180,7 +182,8 @@ class SweepRunner:
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         self.best_written = None  # the tuned file's notes carry the final verdict
         self._update_tuned(study)
-        print(final_table(study, verdict), flush=True)
+        link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
+        print("\n".join([final_table(study, verdict), *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
         say(f"{line}; {stopped}" if stopped else line)

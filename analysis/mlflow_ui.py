@@ -1,0 +1,151 @@
+"""The link that opens a study's runs in the MLflow UI, and the saved view it opens.
+
+MLflow 3.17's UI decides between its GenAI pages and its runs table from a global switch
+(the `workflowType` URL parameter, else the browser's last choice, else GenAI): the
+experiment's `mlflow.experimentKind` tag no longer decides, so `#/experiments/<id>` opens an
+empty GenAI overview. `#/experiments/<id>/runs?workflowType=machine_learning` opens the runs.
+
+The columns of the runs table are not URL parameters; MLflow keeps them in the browser, or in
+a saved view: an experiment tag `mlflow.sharedViewState.<key>` that the UI lists under "Views"
+and that `viewStateShareKey=<key>` opens. Each study gets one: its trial runs (its configuration
+runs with several seeds) as flat rows, best first, with the objective, the swept parameters and
+each run's outcome as columns. Verified in headless Chromium against `mlflow ui` 3.17.2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode, urlparse
+
+from analysis.records import Role, StudyAttr, Tag
+
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
+CONFIG_OBJECTIVE = "objective/mean"  # a configuration run's mean objective (sweeper/runs.py)
+
+
+def runs_view_url(
+    tracking_uri: str,
+    experiment_id: str,
+    view_key: str | None = None,
+    facets: Mapping[str, Any] | None = None,
+) -> str:
+    """The runs table of an experiment: a tracking server's own address, else where `mlflow ui`
+    serves by default (run `ui_command` first). view_key opens a saved view (the UI ignores
+    it when the link carries facets); facets: searchFilter, orderByKey, orderByAsc."""
+    params: dict[str, str] = {"workflowType": "machine_learning"}
+    if view_key:
+        params["viewStateShareKey"] = view_key
+    for key, value in (facets or {}).items():
+        params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
+    query = urlencode(params, quote_via=quote)
+    return f"{base}/#/experiments/{quote(str(experiment_id), safe='')}/runs?{query}"
+
+
+def ui_command(tracking_uri: str) -> str | None:
+    """The command that serves a store with no server in front of it (None for a server)."""
+    if _is_server(tracking_uri):
+        return None
+    return f"mlflow ui --backend-store-uri {shlex.quote(_shown(tracking_uri))}"
+
+
+def _is_server(tracking_uri: str) -> bool:
+    return urlparse(tracking_uri).scheme in ("http", "https")
+
+
+def _shown(uri: str) -> str:
+    """A database URL with any password masked (the user types their own)."""
+    from trainer.database import shown_url
+
+    return shown_url(uri) if "://" in uri and not uri.startswith("file:") else uri
+
+
+# --- the study's saved view ----------------------------------------------------------------
+
+
+def view_key(study: str) -> str:
+    """The saved view's key: URL- and tag-safe, one per study."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", study)
+    if safe != study:
+        safe += "-" + hashlib.sha1(study.encode()).hexdigest()[:8]
+    return f"sweep-{safe}"
+
+
+def view_facets(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The rows and their order: the study's trial runs (its configuration runs when it runs
+    several seeds a configuration), best objective first."""
+    several = int(attrs.get(StudyAttr.SEEDS) or 1) > 1
+    role = Role.CONFIG if several else Role.TRIAL
+    metric = CONFIG_OBJECTIVE if several else attrs.get(StudyAttr.OBJECTIVE, "")
+    quoted = study.replace("'", "\\'")
+    return {
+        "searchFilter": f"tags.`{Tag.STUDY}` = '{quoted}' AND tags.`{Tag.ROLE}` = '{role}'",
+        "orderByKey": f"metrics.`{metric}`",
+        "orderByAsc": attrs.get(StudyAttr.DIRECTION) == "minimize",
+    }
+
+
+def view_state(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The saved view: view_facets, and as columns the objective, the swept parameters and
+    the outcome (sweeper.state), in that order."""
+    facets = view_facets(study, attrs)
+    params = [f"params.`{name}`" for name in attrs.get(StudyAttr.SEARCH_SPACE) or {}]
+    columns = [facets["orderByKey"], *params, f"tags.`{Tag.STATE}`"]
+    return {**facets, "selectedColumns": columns}
+
+
+def save_view(client: Any, experiment_id: str, study: str, attrs: Mapping[str, Any]) -> str:
+    """Write (or refresh) the study's saved view on its experiment; its key."""
+    key = view_key(study)
+    tag = VIEW_TAG_PREFIX + key
+    now = int(time.time() * 1000)
+    old = client.get_experiment(experiment_id).tags.get(tag)
+    created = _created_at(old) or now
+    envelope = {
+        "name": f"sweep {study}",
+        "createdAt": created,
+        "updatedAt": now,
+        "state": json.dumps(view_state(study, attrs)),
+    }
+    client.set_experiment_tag(experiment_id, tag, json.dumps(envelope))
+    return key
+
+
+def _created_at(envelope: str | None) -> int | None:
+    try:
+        return int(json.loads(envelope or "")["createdAt"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def study_link(
+    client: Any,
+    tracking_uri: str,
+    experiment: str,
+    study: str,
+    attrs: Mapping[str, Any],
+    write: bool = True,
+) -> list[str]:
+    """What to print: the link to the study's runs, and how to serve the store when no server
+    does; empty when the experiment is unknown. write: save the study's view (its columns)
+    first; without it, or where it cannot be written, the link carries the same rows and
+    order without the columns."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    url = runs_view_url(tracking_uri, found.experiment_id, facets=view_facets(study, attrs))
+    if write:
+        try:
+            key = save_view(client, found.experiment_id, study, attrs)
+            url = runs_view_url(tracking_uri, found.experiment_id, view_key=key)
+        except Exception:  # a read-only store, a server refusing the tag: the link above
+            pass
+    command = ui_command(tracking_uri)
+    return [f"MLflow runs: {url}", *([f"  (serve them first: {command})"] if command else [])]
