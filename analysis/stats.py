@@ -31,6 +31,16 @@ FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuratio
 # one seed has no run-to-run variance, so nothing is eliminated on it.
 MIN_SEEDS = 2
 
+# seeds=auto judges with the pooled seed variance raised to its VARIANCE_BOUND one-sided upper
+# confidence bound (variance_bound): a pool of 2-seed spreads has few degrees of freedom, and
+# when every configuration happens to draw two close seeds it understates the seed-to-seed
+# spread (bench/RACING.md: 3 of 1,200 replays called a truly tied pair decided on such pools).
+VARIANCE_BOUND = 0.60
+# A raced verdict calls a difference decided only at a level DECIDED_FACTOR times stricter than
+# the race's per-look level (decided_level): the race stops spending seeds on a configuration
+# at its own level, a claim that one configuration beats another needs more.
+DECIDED_FACTOR = 4
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -91,6 +101,7 @@ class Pooled:
     variance: float
     df: int  # sum over the configurations of (seeds - 1)
     groups: int  # configurations with >= 2 seeds that contributed
+    bound: float = 0.0  # > 0: the variance is raised to this one-sided upper confidence bound
 
 
 def pooled_variance(groups: Sequence[Sequence[float]]) -> Pooled:
@@ -106,7 +117,8 @@ def pooled_difference(
 ) -> Interval:
     """mean(a) - mean(b) +- t(df) x sqrt(s_pooled^2 (1/n_a + 1/n_b)): the pooled-variance t."""
     diff = sum(a) / len(a) - sum(b) / len(b)
-    method = f"pooled t over seeds ({pooled.groups} configurations, df {pooled.df})"
+    raised = f", variance at its {pooled.bound:.0%} upper bound" if pooled.bound else ""
+    method = f"pooled t over seeds ({pooled.groups} configurations, df {pooled.df}{raised})"
     if not pooled.df or not math.isfinite(pooled.variance):
         return Interval(diff, math.nan, math.nan, method)
     half = t_quantile(pooled.df, level) * math.sqrt(pooled.variance * (1 / len(a) + 1 / len(b)))
@@ -138,6 +150,24 @@ def look_level(max_seeds: int, configurations: int = 2) -> float:
     over the configurations - 1 comparisons with the leader a verdict makes."""
     looks = max(1, max_seeds - MIN_SEEDS + 1) * max(1, configurations - 1)
     return 1 - (1 - FAMILY_LEVEL) / looks
+
+
+def variance_bound(pooled: Pooled, bound: float = VARIANCE_BOUND) -> Pooled:
+    """The pooled variance raised to its one-sided `bound` upper confidence limit,
+    s^2 x df / chi2(1 - bound, df): a variance estimated on df degrees of freedom is below the
+    true one with probability `bound` once raised so (normal seeds). The t quantile already
+    widens the interval for an uncertain variance; this also protects against the pools that
+    replays showed to be deflated (every configuration drawing two close seeds)."""
+    if not pooled.df or not math.isfinite(pooled.variance):
+        return pooled
+    raised = pooled.variance * pooled.df / float(stats.chi2.ppf(1 - bound, pooled.df))
+    return Pooled(raised, pooled.df, pooled.groups, bound)
+
+
+def decided_level(max_seeds: int, configurations: int = 2) -> float:
+    """The level at which a raced verdict calls a difference decided: the per-look level
+    (look_level) with its error rate divided by DECIDED_FACTOR."""
+    return 1 - (1 - look_level(max_seeds, configurations)) / DECIDED_FACTOR
 
 
 def seeds_to_separate(

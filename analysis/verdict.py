@@ -157,8 +157,8 @@ def verdict(
     sign = 1 if maximize else -1
     level = racing_level(max_seeds, len(ranked))
     pool = None
-    if max_seeds is not None:
-        pool = stats.pooled_variance([s.config.values for s in ranked])
+    if max_seeds is not None:  # as the race judged: sweeper/racing.py spread
+        pool = stats.variance_bound(stats.pooled_variance([s.config.values for s in ranked]))
     runner = ranked[1]
     diff = _signed(difference(best.config, runner.config, level, pool), sign)
     # A difference with no interval (no stderr logged) is unknown, not a tie.
@@ -183,12 +183,26 @@ def verdict(
         lines.append(f"Tied with {best.label} at this sample size: {', '.join(tied)}.")
     if max_seeds is not None:
         lines.append(race_line([s.config for s in ranked], max_seeds))
+        stopped = [label for label in tied if "eliminated" in _race_of(ranked, label)]
+        if stopped:
+            lines.append(
+                f"{', '.join(stopped)}: eliminated by the race (at its per-look level, "
+                f"{stats.look_level(max_seeds, len(ranked)):.2%}, more seeds were unlikely to "
+                f"make it the best), yet not decided worse than {best.label} at the verdict's "
+                f"{level:.2%}: it got fewer seeds because the race stopped spending on it, "
+                "not because it is shown worse."
+            )
     return Verdict(ranked, diff, tied, lines)
 
 
 def racing_level(max_seeds: int | None, configurations: int = 2) -> float:
-    """The level differences are judged at: the race's corrected one when seeds raced."""
-    return stats.LEVEL if max_seeds is None else stats.look_level(max_seeds, configurations)
+    """The level differences are judged at: when seeds raced, the race's corrected per-look
+    level made stricter for calling a difference decided (analysis/stats.py decided_level)."""
+    return stats.LEVEL if max_seeds is None else stats.decided_level(max_seeds, configurations)
+
+
+def _race_of(ranked: Sequence[Summary], label: str) -> str:
+    return next((s.config.race for s in ranked if s.label == label), "")
 
 
 def _more_needed(

@@ -39,20 +39,39 @@ def test_the_seed_variance_is_pooled_over_configurations_with_two_seeds_or_more(
     assert not stats.pooled_difference((0.4, 0.5), (0.3, 0.4), stats.pooled_variance([])).known
 
 
+def test_the_pooled_variance_is_raised_to_its_upper_confidence_bound():
+    # 0.0016 / 3 on df 3, raised by 3 / chi2(0.40, 3) = 3 / 1.8692 = 1.6050: 0.000856;
+    # 0.10 +- t(3, 95%) 3.182 x sqrt(0.000856 x (1/2 + 1/3)) = 0.10 +- 0.0850
+    pool = stats.variance_bound(stats.pooled_variance([(0.40, 0.44), (0.30, 0.34, 0.32)]))
+    assert (pool.variance, pool.df, pool.bound) == (pytest.approx(0.000856, abs=1e-6), 3, 0.6)
+    gap = stats.pooled_difference((0.40, 0.44), (0.30, 0.34, 0.32), pool)
+    assert (gap.low, gap.high) == (pytest.approx(0.0150, abs=1e-4), pytest.approx(0.1850, abs=1e-4))
+    assert gap.method == (
+        "pooled t over seeds (2 configurations, df 3, variance at its 60% upper bound)"
+    )
+    assert stats.variance_bound(stats.pooled_variance([])).df == 0
+
+
+def test_a_raced_verdict_decides_at_a_level_four_times_stricter_than_a_look():
+    # a look among 5 configurations with max_seeds=5 at 1 - 0.05/16; decided at 1 - 0.05/64
+    assert stats.decided_level(5, 5) == pytest.approx(1 - 0.05 / 64)
+    assert stats.decided_level(3, 2) == pytest.approx(1 - 0.05 / 8)
+
+
 def test_two_close_draws_are_not_trusted_when_the_pool_says_seeds_spread_more():
-    # Alone: pooled variance 0.00005 on df 2, 0.08 +- t(2, 99.375%) 8.860 x 0.00707 = +- 0.0627
+    # Alone: pooled variance 0.00005 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: 0.0000979;
+    # 0.08 +- t(2, 98.75%) 8.860 x 0.00989 = +- 0.0877: not eliminated, one more seed
     me, leader = Entry("t1", (0.20, 0.21)), Entry("t0", (0.28, 0.29))
     step = decide(me, [leader], 5, True, False)
-    assert step.why == "eliminated after 2 seeds: t0 is better by 0.08 (CI 0.0173 to 0.143)"
+    assert step.why == "2 seeds; not yet separated from t0"
     # A third configuration spreads 0.10: pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on
-    # df 3, level 1 - 0.05/8: 0.08 +- 6.895 x 0.0412 = +- 0.284, and even at 6 seeds each
-    # (df 11) 3.370 x 0.04123 x 0.5774 = 0.0802 > 0.08: tied, 7 seeds would separate them
+    # df 3, raised by 1.6050: 0.00273, level 1 - 0.05/8; even at 8 seeds each (df 15)
+    # t 3.286 x 0.0522 x 0.5 = 0.0858 > 0.08: tied, 9 seeds would separate them
     step = decide(me, [leader, Entry("t2", (0.10, 0.20))], 5, True, False)
     assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~7 seeds each (max_seeds=5)"
+        "tied with t0 after 2 seeds: separating them would take ~9 seeds each (max_seeds=5)"
     )
-    # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict:
-    # t(2, 1 - 0.05/32) x 0.00707 = 0.127 > 0.08, so one more seed
+    # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict
     assert decide(me, [leader], 5, True, False, configurations=5).action == SEED
 
 
@@ -61,6 +80,9 @@ def test_seeds_to_separate_a_difference_that_stays_as_it_is():
     # n=3 gives t(4, 0.99375) = 4.31 x 0.0283 x 0.816 = 0.0996 < 0.10
     assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5) == 3
     assert seeds_to_separate((0.40, 0.44), (0.38, 0.42), LEVEL_5) == 27
+    # the race's pool is raised to its 60% bound (x 2 / 1.0217 on df 2): about twice the seeds
+    raised = stats.variance_bound(stats.pooled_variance([(0.40, 0.44), (0.38, 0.42)]))
+    assert seeds_to_separate((0.40, 0.44), (0.38, 0.42), LEVEL_5, raised) == 51
     assert seeds_to_separate((0.4, 0.5), (0.4, 0.5), LEVEL_5) == float("inf")
 
 
@@ -84,7 +106,7 @@ def test_a_tie_no_affordable_seeds_would_break_stops_and_says_what_it_would_take
     step = decide(Entry("t1", (0.38, 0.42)), [Entry("t0", (0.40, 0.44))], 5, True, False)
     assert step.action == STOP
     assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~27 seeds each (max_seeds=5)"
+        "tied with t0 after 2 seeds: separating them would take ~51 seeds each (max_seeds=5)"
     )
 
 
@@ -115,13 +137,13 @@ def _config(label: str, values: tuple[float, ...], race: str = "", baseline=None
 
 def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
     # at 95% (Welch, df 2) 0.10 +- 4.30 x 0.0283 = 0.10 +- 0.122: tied either way;
-    # 0.5 vs 0.3 at 98.75% with 3 seeds each is decided
+    # 0.5 vs 0.3 decided at 1 - 0.05/8 = 99.375% with 3 seeds each (a look is at 97.5%)
     configs = [
         _config("t0", (0.49, 0.50, 0.51), "reached max_seeds=3"),
         _config("t1", (0.30, 0.31, 0.29), "eliminated after 3 seeds: t0 is better by 0.2"),
     ]
     v = verdict(configs, True, max_seeds=3)
-    assert "t0 beats the runner-up t1" in v.text and "97.5% CI" in v.text
+    assert "t0 beats the runner-up t1" in v.text and "99.38% CI" in v.text
     assert v.lines[-1] == (
         "Seeds raced (seeds=auto, max_seeds=3, each look at 97.50%): 6 training runs, where "
         "max_seeds for every configuration would take 6. t0 3 (reached max_seeds=3); "
@@ -129,7 +151,20 @@ def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
     )
     tied = verdict([_config("t0", (0.40, 0.44)), _config("t1", (0.38, 0.42))], True, 5)
     assert "are tied at this sample size" in tied.text
-    assert "separating them would take ~27 seeds each (hydra.sweeper.max_seeds=27)" in tied.text
+    assert "are tied at this sample size" in tied.text
+    # a configuration the race eliminated that the verdict's stricter level cannot call worse
+    close = verdict(
+        [
+            _config("t0", (0.40, 0.41), "separated from every other after 2 seeds"),
+            _config("t1", (0.30, 0.31), "eliminated after 2 seeds: t0 is better by 0.1"),
+        ],
+        True,
+        5,
+    )
+    assert close.lines[-1].startswith(
+        "t1: eliminated by the race (at its per-look level, 98.75%, more seeds were unlikely to "
+        "make it the best), yet not decided worse than t0 at the verdict's 99.69%"
+    )
 
 
 def test_a_sweep_that_learned_nothing_says_so_first():

@@ -123,8 +123,10 @@ def decide(
 
 def spread(entries: Sequence[Entry]) -> stats.Pooled:
     """The seed-to-seed variance the race judges with: pooled over every configuration with
-    MIN_SEEDS values (open or told), one-way ANOVA's within-group variance."""
-    return stats.pooled_variance([e.values for e in entries if len(e.values) >= MIN_SEEDS])
+    MIN_SEEDS values (open or told), one-way ANOVA's within-group variance, raised to its
+    VARIANCE_BOUND upper confidence bound (analysis/stats.py variance_bound)."""
+    groups = [e.values for e in entries if len(e.values) >= MIN_SEEDS]
+    return stats.variance_bound(stats.pooled_variance(groups))
 
 
 def _separated(a: Entry, b: Entry, pool: stats.Pooled, level: float) -> bool:
