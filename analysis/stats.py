@@ -27,7 +27,7 @@ from trainer.rl_math import mean_and_stderr
 LEVEL = 0.95
 FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuration together
 
-# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/racing.py):
+# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/sweep/racing.py):
 # one seed has no run-to-run variance, so nothing is eliminated on it.
 MIN_SEEDS = 2
 
@@ -144,7 +144,7 @@ def unpaired_difference(
     return Interval(diff, diff - half, diff + half, "unpaired, eval stderrs")
 
 
-# The race's arithmetic (sweeper/racing.py decides with it; the verdict reports with it).
+# The race's arithmetic (sweeper/sweep/racing.py decides with it; the verdict reports with it).
 def look_level(max_seeds: int, configurations: int = 2) -> float:
     """The per-look confidence level: Bonferroni over a configuration's possible looks and
     over the configurations - 1 comparisons with the leader a verdict makes."""

@@ -157,7 +157,7 @@ def verdict(
     sign = 1 if maximize else -1
     level = racing_level(max_seeds, len(ranked))
     pool = None
-    if max_seeds is not None:  # as the race judged: sweeper/racing.py spread
+    if max_seeds is not None:  # as the race judged: sweeper/sweep/racing.py spread
         pool = stats.variance_bound(stats.pooled_variance([s.config.values for s in ranked]))
     runner = ranked[1]
     diff = _signed(difference(best.config, runner.config, level, pool), sign)

@@ -7,8 +7,8 @@
 
 A configuration's seed is one draw of its objective, so a sweep with seeds=auto (or fixed
 seeds=5) is replayed by drawing, for each configuration, its seeds in a random order from the
-recorded ones (without replacement) and running the race exactly as sweeper/sweep.py does
-with one lane (sweeper/racing.py decides; analysis/verdict.py judges). Repetitions share the
+recorded ones (without replacement) and running the race exactly as sweeper/sweep/loop.py does
+with one lane (sweeper/sweep/racing.py decides; analysis/verdict.py judges). Repetitions share the
 recorded pool, so they are not independent draws of new training runs: say so with the numbers.
 Writes bench/results/racing_<study>.json.
 """

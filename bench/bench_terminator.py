@@ -5,7 +5,7 @@
 Replays TPE studies over lr (log range of the recorded grid) on a truth study of
 bench/RACING.md: each trial's lr is answered by the nearest recorded lr (log space) with one of
 its seeds drawn at random, recorded on the trial as the sweep records a seed (its value and
-its eval's standard error over problems), so sweeper/terminator.py judges exactly what it
+its eval's standard error over problems), so sweeper/sweep/terminator.py judges exactly what it
 would in a sweep with seeds=1 (--seeds N: N seeds drawn without replacement, the trial's value
 their mean, as with hydra.sweeper.seeds=N). Each replay runs all n_trials and notes where the terminator
 first said stop; reported: that trial count (mean, sd, how often before n_trials), and the

@@ -78,7 +78,7 @@ def replay(
 ) -> dict:
     """penalized: a breach is told COMPLETE with the worst value seen so far (the baseline
     before any) instead of PRUNED; avoid: TPE wrapped as the sweeper wraps it
-    (sweeper/breaches.py AvoidsBreaches: a proposal whose nearest finished trial breached is
+    (sweeper/plan/breaches.py AvoidsBreaches: a proposal whose nearest finished trial breached is
     drawn again)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = random.Random(seed)

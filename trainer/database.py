@@ -1,7 +1,7 @@
 """Databases that may blink: the driver a URL needs, retries while one is unreachable, and
 locks that serialize what several processes must not do at once (create a schema).
 
-Shared by both stores a sweep writes: Optuna's storage (sweeper/storage.py) and MLflow's
+Shared by both stores a sweep writes: Optuna's storage (sweeper/study/storage.py) and MLflow's
 tracking store (trainer/tracking.py). A restart, a failover or a network blip drops every
 connection; SQLAlchemy's pool_pre_ping replaces a dead pooled connection, and `retried`
 waits out the seconds the server is away, for a bounded window, then says the database is

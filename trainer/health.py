@@ -1,6 +1,6 @@
 """Run health: rules checked after every training step, and the breach they report.
 
-A sweep prunes a trial at its first breach (sweeper/job.py); a single training run logs each
+A sweep prunes a trial at its first breach (sweeper/sweep/job.py); a single training run logs each
 rule's first breach as a warning (trainer/train.py): the same rules, defined here once.
 
 A rule names a metric, a check and a bound, and fires once the check holds on `patience`

@@ -151,8 +151,9 @@ def _store(uri: str) -> str:
     return f"MLFLOW_TRACKING_URI={shown_url(uri)!r}"
 
 
-# MLflow 3 opens an experiment of unknown kind on its GenAI overview, which is empty for
-# training runs; this kind makes the UI open on the runs table.
+# What the experiment holds, for MLflow's own bookkeeping. MLflow 3.17's UI still opens every
+# experiment on its GenAI overview whatever this says; the runs view is reached by the link the
+# sweep prints (analysis/mlflow_ui.py).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
