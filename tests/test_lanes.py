@@ -14,9 +14,9 @@ pytestmark = pytest.mark.slow
 
 def test_a_pruned_trial_frees_its_slot_before_its_batch_mate_ends(tmp_path):
     args = ["hydra/launcher=joblib", "hydra.sweeper.n_jobs=2", "lr=3e-2,1e-3,2e-3"]
-    # Long enough that the batch-mate still trains when the next trial starts: 40 steps took
-    # ~3 s once the step got fast, and a slow worker start on a busy CI host ate that margin.
-    args += ["max_steps=120", "batch_size=8", "task.eval_size=16", "eval_every=0"]
+    # Long enough that the batch-mate still trains when the next trial starts: 120 steps (~2 s
+    # of training at 60 steps/s) once ended 0.3 s before it on a busy host; 400 leave ~6 s.
+    args += ["max_steps=400", "batch_size=8", "task.eval_size=16", "eval_every=0"]
     args += ["hydra.sweeper.devices=[cpu,'cpu:0']"]  # the pool's path, on CPU
     done = run_sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
