@@ -27,7 +27,9 @@ from analysis.records import Role, StudyAttr, Tag
 
 MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
-CONFIG_OBJECTIVE = "objective/mean"  # a configuration run's mean objective (sweeper/results/runs.py)
+CONFIG_OBJECTIVE = (
+    "objective/mean"  # a configuration run's mean objective (sweeper/results/runs.py)
+)
 
 
 def runs_view_url(
