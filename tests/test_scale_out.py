@@ -54,7 +54,7 @@ def start_workers(n, cwd, storage, tracking_uri, *overrides):
         "-m",
         f"hydra.sweeper.storage={storage}",
         *overrides,
-        *TINY,
+        *[o for o in TINY if o.split("=")[0] not in {v.split("=")[0] for v in overrides}],
     ]
     workers = []
     for i in range(n):
@@ -110,12 +110,15 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
 @pytest.mark.postgres
 def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  # noqa: F811
     storage = postgres.database("optuna_tpe")
-    start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-tpe",
-                  "hydra.sweeper.n_trials=6", "group_size=2", "lr=tag(log, interval(1e-4, 1e-2))")  # fmt: skip
+    outputs = start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-tpe",
+                  "hydra.sweeper.n_trials=6", "group_size=2", "lr=tag(log, interval(1e-4, 1e-2))",
+                  "max_steps=60")  # fmt: skip  (trials long enough that no worker takes them all)
     study = optuna.load_study(study_name="shared-tpe", storage=storage)
     finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) == 6
+    assert len(finished) == 6  # one budget: not 6 a worker
     assert all(1e-4 <= t.params["lr"] <= 1e-2 for t in finished)
+    takers = [out.count(" started") for out in outputs]
+    assert sum(n > 0 for n in takers) >= 2, takers  # the budget was shared, not one worker's
 
 
 @pytest.mark.slow

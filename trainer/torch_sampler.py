@@ -102,10 +102,10 @@ class TorchSampler:
         ]
 
 
-# From this vocabulary width on, a token is drawn by inverse CDF: torch.multinomial takes ~20 ms
-# per draw of 32 rows over SmolLM2's 49,152 tokens on a CPU, a cumulative sum and a binary
-# search ~1 ms. Narrower vocabularies (the tiny model's 18) keep multinomial, whose draws every
-# recorded tiny-model result was made with.
+# From this vocabulary width on, a token is drawn by inverse CDF (a cumulative sum and a binary
+# search): on a CPU torch.multinomial is many times slower over a real model's vocabulary
+# (bench/bench_draw.py, BENCHMARKS.md). Narrower vocabularies (the tiny model's 18) keep
+# multinomial, whose draws every recorded tiny-model result was made with.
 INVERSE_CDF_VOCAB = 1024
 
 
