@@ -23,7 +23,7 @@ from analysis.load import (
 from analysis.mlflow_ui import study_link
 from analysis.records import DEFAULT_EXPERIMENT, DEFAULT_STORAGE, StudyAttr
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
-from trainer.errors import first_line
+from trainer.base.errors import first_line
 
 
 def main(argv: list[str] | None = None) -> int:

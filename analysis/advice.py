@@ -19,7 +19,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from analysis.load import StudyData, TrialRecord
 from analysis.records import StudyAttr
-from trainer.metrics import is_finite_number
+from trainer.base.metrics import is_finite_number
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce

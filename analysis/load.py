@@ -30,8 +30,8 @@ from analysis.records import (
     absolute_url,
     sqlite_path,
 )
-from trainer.errors import first_line
-from trainer.metrics import (
+from trainer.base.errors import first_line
+from trainer.base.metrics import (
     ENTROPY,
     EVAL_REWARD,
     KL_PRE_POST_V2,

@@ -64,7 +64,7 @@ def _is_server(tracking_uri: str) -> bool:
 
 def _shown(uri: str) -> str:
     """A database URL with any password masked (the user types their own)."""
-    from trainer.database import shown_url
+    from trainer.run.database import shown_url
 
     return shown_url(uri) if "://" in uri and not uri.startswith("file:") else uri
 

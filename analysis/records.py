@@ -62,7 +62,7 @@ class StudyAttr:
 
     OBJECTIVE = "objective"
     DIRECTION = "direction"
-    HEALTH_RULES = "health_rules"  # [rule as dict], trainer.health
+    HEALTH_RULES = "health_rules"  # [rule as dict], trainer.rl.health
     KL_THRESHOLD = "kl_threshold"
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
@@ -92,7 +92,7 @@ class TrialAttr:
     OVERRIDES = "overrides"  # [key=value] that compose the trial's config
     STEPS_RUN = "steps_run"
     BASELINE = "baseline_reward"
-    PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.health)
+    PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.rl.health)
     FAIL_REASON = "fail_reason"
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
@@ -149,8 +149,8 @@ def replicates(trial: FrozenTrial) -> list[Replicate]:
 
 
 def breach_text(reason: Mapping[str, Any]) -> str:
-    """A stored prune reason as the one line people read (trainer.health.Breach's text)."""
-    from trainer.health import Breach
+    """A stored prune reason as the one line people read (trainer.rl.health.Breach's text)."""
+    from trainer.rl.health import Breach
 
     try:
         return str(Breach.from_dict(reason))

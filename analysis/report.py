@@ -19,7 +19,7 @@ from analysis.plots import FIGURES, draw_all
 from analysis.records import StudyAttr
 from analysis.text import show_cell, show_num, text_table
 from analysis.verdict import INTERVAL_HEADER, interval_cells, study_verdict
-from trainer.metrics import is_finite_number
+from trainer.base.metrics import is_finite_number
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from trainer.rl_math import mean_and_stderr
+from trainer.rl.rl_math import mean_and_stderr
 
 LEVEL = 0.95
 FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuration together

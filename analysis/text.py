@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainer.metrics import is_finite_number
+from trainer.base.metrics import is_finite_number
 
 
 def show_value(value: Any) -> str:

@@ -20,8 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
 from analysis.records import TrialAttr
-from trainer.sweep_job import BINDING_KEY
-from trainer.tracking import BOOKKEEPING_KEYS
+from trainer.run.sweep_job import BINDING_KEY
+from trainer.run.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"
 SWEEP_ONLY_GROUPS = ("search", "schema")  # the search's presets, the job's own schema

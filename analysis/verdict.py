@@ -19,8 +19,8 @@ from analysis import records, stats
 from analysis.records import StudyAttr, TrialAttr
 from analysis.stats import Interval
 from analysis.text import show
-from trainer.metrics import is_finite_number
-from trainer.rl_math import mean_and_stderr
+from trainer.base.metrics import is_finite_number
+from trainer.rl.rl_math import mean_and_stderr
 
 
 @dataclass(frozen=True)

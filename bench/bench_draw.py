@@ -1,5 +1,5 @@
 """Drawing one token a row: torch.multinomial against the inverse-CDF draw the sampler uses
-for wide vocabularies (trainer/torch_sampler.py `draw`), alternated A B A B.
+for wide vocabularies (trainer/sampling/torch_sampler.py `draw`), alternated A B A B.
 
     python bench/bench_draw.py            # 32 rows x 49,152 tokens (SmolLM2), 2 threads
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.torch_sampler import draw
+from trainer.sampling.torch_sampler import draw
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import trainer  # noqa: F401  (registers the config schemas)
-from trainer.health import default_rules, replay
-from trainer.train import train
+from trainer.rl.health import default_rules, replay
+from trainer.run.train import train
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 CURVES = Path(__file__).resolve().parent / "results" / "health_curves.json"

@@ -25,7 +25,7 @@ RUN = """
 import json, logging, sys, tempfile, time
 sys.path.insert(0, {code!r})
 from hydra import compose, initialize_config_dir
-from trainer.train import train
+from trainer.run.train import train
 logging.disable(logging.WARNING)
 curve = {{}}
 class Curve:
@@ -65,8 +65,8 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hydra import compose, initialize_config_dir
 
-    from trainer.config import config_dir
-    from trainer.tiny_model import build_tiny_model
+    from trainer.base.config import config_dir
+    from trainer.sampling.tiny_model import build_tiny_model
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         model = build_tiny_model(compose("config").model.tiny)

@@ -11,8 +11,8 @@ def model_dir(kind: str) -> Path:
     if kind == "tiny":
         from hydra import compose, initialize_config_dir
 
-        from trainer.config import config_dir
-        from trainer.tiny_model import build_tiny_model
+        from trainer.base.config import config_dir
+        from trainer.sampling.tiny_model import build_tiny_model
 
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return build_tiny_model(compose("config").model.tiny)
@@ -24,7 +24,7 @@ def build_large_model(hidden: int = 512, layers: int = 4) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.tiny_model import build_tokenizer
+    from trainer.sampling.tiny_model import build_tokenizer
 
     target = Path(os.path.expanduser("~/.cache/grpo-sweeper")) / f"bench-llama-{hidden}x{layers}"
     if (target / "config.json").exists():

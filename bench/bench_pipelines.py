@@ -19,7 +19,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 import trainer  # noqa: F401  (registers the config schemas)
-from trainer.train import train
+from trainer.run.train import train
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 PIPELINES = {

@@ -28,7 +28,7 @@ from analysis import records
 from analysis.stats import MIN_SEEDS
 from analysis.verdict import Config, Seed, verdict
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
-from trainer.rl_math import mean_and_stderr
+from trainer.rl.rl_math import mean_and_stderr
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -28,7 +28,7 @@ RUN = """
 import json, logging, sys, tempfile, time
 sys.path.insert(0, {root!r})
 from hydra import compose, initialize_config_dir
-from trainer.train import train
+from trainer.run.train import train
 logging.disable(logging.WARNING)
 curve = {{}}
 class Curve:
@@ -76,7 +76,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
 
-    from trainer.rl_math import mean_and_stderr
+    from trainer.rl.rl_math import mean_and_stderr
 
     shape = [
         "task=arithmetic",

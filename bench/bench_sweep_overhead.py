@@ -4,7 +4,7 @@
 
 A sweep of N lr values (one trial at a time, the default stores: SQLite Optuna study and
 MLflow store in a fresh directory) runs `python -m sweeper -m` in a subprocess; the same trial
-configs then run through `trainer.train.train` in one warm process, with no sweep around them.
+configs then run through `trainer.run.train.train` in one warm process, with no sweep around them.
 A sweep's overhead is its wall time minus the sum of those trainer times: process start and
 imports, Hydra, Optuna storage, MLflow logging, health checks, model loads. Two sweep sizes
 separate the once-per-sweep part (start-up) from the per-trial part:
@@ -57,8 +57,8 @@ def trainer_times(trials: int, steps: int) -> list[float]:
 
     from hydra import compose, initialize_config_dir
 
-    from trainer.config import config_dir
-    from trainer.train import train
+    from trainer.base.config import config_dir
+    from trainer.run.train import train
 
     logging.disable(logging.WARNING)
     times = []

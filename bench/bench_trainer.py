@@ -19,8 +19,8 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from trainer.tiny_model import build_tiny_model, tiny_model_dir
-from trainer.train import train
+from trainer.run.train import train
+from trainer.sampling.tiny_model import build_tiny_model, tiny_model_dir
 
 CONF = str(Path(__file__).parents[1] / "conf")
 

@@ -73,8 +73,8 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
 
     from hydra import compose, initialize_config_dir
 
-    from trainer.config import config_dir
-    from trainer.train import train
+    from trainer.base.config import config_dir
+    from trainer.run.train import train
 
     logging.disable(logging.WARNING)
     stamps: list[float] = []
@@ -130,8 +130,8 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.rewards import exact_match_reward
-    from trainer.tasks import AdditionTask, DatasetTask
+    from trainer.env.rewards import exact_match_reward
+    from trainer.env.tasks import AdditionTask, DatasetTask
 
     real = work["model"] == "smollm2"
     task = (
@@ -214,7 +214,7 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
                     CLOCK.step_ended()
 
         trainer.add_callback(Timer())
-        trainer.train()
+        trainer.run.train()
     step_s = times["step"][1:]
     sample, optimizer = times["sample"][1:], times["optimizer"][1:]
     forward_backward = [t - s - o for t, s, o in zip(step_s, sample, optimizer, strict=True)]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-import trainer.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
-from trainer.config import config_dir
+import trainer.run.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
+from trainer.base.config import config_dir
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="sweep")

@@ -17,7 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 import trainer  # noqa: F401  (registers the config schemas before composing)
-import trainer.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
+import trainer.run.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 

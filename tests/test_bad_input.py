@@ -85,4 +85,4 @@ def test_a_bad_input_fails_before_mlflow_peft_transformers_and_the_trainer_load(
     assert done.stderr.strip().splitlines()[-1] == "error: lr=0: must be > 0"
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert imported, "python -X importtime printed no imports"
-    assert {"mlflow", "peft", "transformers", "trainer.train"}.isdisjoint(imported)
+    assert {"mlflow", "peft", "transformers", "trainer.run.train"}.isdisjoint(imported)

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from tests.conftest import compose_conf
-from trainer import packing
-from trainer.model_source import load_policy
-from trainer.policy import collate, token_logprobs
-from trainer.sampling import SamplingSettings
-from trainer.torch_sampler import TorchSampler
+from trainer.model import packing
+from trainer.model.policy import collate, token_logprobs
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import SamplingSettings
+from trainer.sampling.torch_sampler import TorchSampler
 
 PROMPTS = ["12+34=", "7+45=", "99+1="]
 

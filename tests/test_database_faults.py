@@ -21,7 +21,7 @@ from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
 from analysis import records
 from analysis.records import Role, State, Tag, TrialAttr
-from trainer.database import SCHEMA_BARRIER_ENV
+from trainer.run.database import SCHEMA_BARRIER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -153,7 +153,7 @@ PAUSES_MID_RUN = '''
 import os
 import time
 
-from trainer.tasks import AdditionTask
+from trainer.env.tasks import AdditionTask
 
 
 class PausesMidRun(AdditionTask):
@@ -211,7 +211,7 @@ KILLS_ITS_WORKER = '''
 import os
 import signal
 
-from trainer.tasks import AdditionTask
+from trainer.env.tasks import AdditionTask
 
 
 class KillsItsWorker(AdditionTask):

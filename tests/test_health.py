@@ -12,7 +12,7 @@ import pytest
 from conftest import run_sweep, study_in
 
 from sweeper.sweep.job import TrialPruned
-from trainer.health import (
+from trainer.rl.health import (
     Breach,
     Check,
     HealthMonitor,
@@ -21,7 +21,7 @@ from trainer.health import (
     replay,
     rules_from_settings,
 )
-from trainer.train import train
+from trainer.run.train import train
 
 KL = HealthRule("kl", "kl_pre_post_v2", Check.above, 0.01, patience=2, warmup_steps=1)
 

@@ -1,5 +1,6 @@
-"""The project's import graph, read from the source with `ast`: no cycle, and the packages in
-their layers (trainer at the bottom, analysis above it, the sweeper on top).
+"""The project's import graph, read from the source with `ast`: no cycle, the packages in
+their layers (trainer at the bottom, analysis above it, the sweeper on top), and the trainer's
+sub-packages in theirs (TRAINER_LAYERS, bottom first).
 
 Every import counts, including those inside functions and under `if TYPE_CHECKING:`: a lazy
 import hides a cycle from the interpreter, not from a reader who has to follow it.
@@ -19,6 +20,13 @@ FORBIDDEN = {
     "analysis": {"sweeper"},
     "sweeper": set(),
 }
+
+# The trainer's sub-packages, bottom first: a module of one may import its own sub-package and
+# those before it here, never one after it (trainer/__init__.py says what each holds).
+TRAINER_LAYERS = ["base", "model", "env", "sampling", "rl", "run"]
+# The trainer's modules outside the layers: the package (it registers the schemas) and the
+# command line, both on top.
+TRAINER_TOP = {"trainer", "trainer.__main__"}
 
 
 def _module_name(path: Path) -> str:
@@ -154,10 +162,10 @@ def _cycle_through(graph: dict[str, set[str]], group: set[str], start: str) -> l
 
 def test_the_graph_sees_lazy_and_type_checking_imports():
     graph = import_graph()
-    # validation.py imports trainer.tasks inside a function, torch_sampler.py trainer.policy
-    # under TYPE_CHECKING: the test must see both.
-    assert "trainer.tasks" in graph["trainer.validation"]
-    assert "trainer.policy" in graph["trainer.torch_sampler"]
+    # validation.py imports trainer.env.tasks inside a function, torch_sampler.py
+    # trainer.model.policy under TYPE_CHECKING: the test must see both.
+    assert "trainer.env.tasks" in graph["trainer.run.validation"]
+    assert "trainer.model.policy" in graph["trainer.sampling.torch_sampler"]
     assert len(graph) > 60, "the project's modules were not all read"
 
 
@@ -176,3 +184,48 @@ def test_packages_import_only_their_layer_and_below():
             elif target.endswith(".__main__"):
                 wrong.append(f"{module} imports {target} (a command line, not a library)")
     assert not wrong, "\n".join(wrong)
+
+
+def trainer_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a trainer module that reaches a sub-package above its own."""
+    rank = {layer: i for i, layer in enumerate(TRAINER_LAYERS)}
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if module.split(".")[0] != "trainer" or module in TRAINER_TOP:
+            continue
+        layer = module.split(".")[1] if module.count(".") else ""
+        if layer not in rank:
+            wrong.append(f"{module} is in no layer (TRAINER_LAYERS: {', '.join(TRAINER_LAYERS)})")
+            continue
+        for target in sorted(targets):
+            if target.split(".")[0] != "trainer":
+                continue
+            if target in TRAINER_TOP:
+                wrong.append(f"{module} imports {target} (the top, above every layer)")
+            elif rank.get(target.split(".")[1], len(rank)) > rank[layer]:
+                wrong.append(f"{module} ({layer}) imports {target} (a layer above it)")
+    return wrong
+
+
+def test_trainer_layers_import_only_their_own_and_below():
+    wrong = trainer_layer_violations(import_graph())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_trainer_layer_check_catches_an_upward_import():
+    graph = {
+        "trainer.model.policy": {"trainer.base.errors", "trainer.model.packing"},
+        "trainer.sampling.protocol": {"trainer.env.prompts", "trainer.rl.step"},
+        "trainer.rl.step": {"trainer"},
+        "trainer.stray": set(),
+    }
+    assert trainer_layer_violations(graph) == [
+        "trainer.rl.step imports trainer (the top, above every layer)",
+        "trainer.sampling.protocol (sampling) imports trainer.rl.step (a layer above it)",
+        "trainer.stray is in no layer (TRAINER_LAYERS: base, model, env, sampling, rl, run)",
+    ]
+
+
+def test_every_trainer_sub_package_is_a_layer():
+    found = {path.parent.name for path in (ROOT / "trainer").glob("*/__init__.py")}
+    assert found == set(TRAINER_LAYERS)

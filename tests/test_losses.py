@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from trainer.config import LossConfig
-from trainer.losses import LOSSES, LossInputs, get_loss
+from trainer.base.config import LossConfig
+from trainer.rl.losses import LOSSES, LossInputs, get_loss
 
 SAMPLER = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
 ADVANTAGES = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 0.0]])

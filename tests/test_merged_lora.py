@@ -1,10 +1,10 @@
-"""The merged layer's closed-form LoRA gradients (trainer/merged_lora.py), on hand-computed
+"""The merged layer's closed-form LoRA gradients (trainer/model/merged_lora.py), on hand-computed
 numbers; the whole-model comparison with PEFT is in tests/test_sampling.py."""
 
 import pytest
 import torch
 
-from trainer.merged_lora import MergedLoRAFunction
+from trainer.model.merged_lora import MergedLoRAFunction
 
 # W' = W + s B A with W = I, B = [[2], [1]], A = [[1, -1]], s = 0.5:  [[2, -1], [0.5, 0.5]]
 MERGED_OUT_IN = [[2.0, -1.0], [0.5, 0.5]]

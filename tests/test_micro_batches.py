@@ -7,15 +7,15 @@ cache, the KL reference forward), the output layer in chunks: only the pieces di
 import pytest
 import torch
 
-from trainer import logprobs, micro_batches, packing
-from trainer.losses import LOSSES
-from trainer.micro_batches import split_rows
-from trainer.model_source import load_policy
-from trainer.policy import collate, token_logprobs
-from trainer.rl_math import minibatch_rows
-from trainer.sampling import SamplingSettings
-from trainer.step import Groups, backward, learner_tokens, pieces, prepare
-from trainer.torch_sampler import TorchSampler
+from trainer.model import logprobs, micro_batches, packing
+from trainer.model.micro_batches import split_rows
+from trainer.model.policy import collate, token_logprobs
+from trainer.rl.losses import LOSSES
+from trainer.rl.rl_math import minibatch_rows
+from trainer.rl.step import Groups, backward, learner_tokens, pieces, prepare
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import SamplingSettings
+from trainer.sampling.torch_sampler import TorchSampler
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3=", "50+50="]  # unequal lengths: left padding
 GROUP = 4
@@ -126,7 +126,7 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
         chunked_NT, chunked_entropy_NT = token_logprobs(model, batch, 0.7, with_entropy=True)
     mask = batch.mask_NT.bool()
     assert torch.allclose(chunked_NT[mask], whole_NT[mask], rtol=0, atol=1e-6)
-    # (the plain path scores entropy in float32, rl_math.token_entropy)
+    # (the plain path scores entropy in float32, logprobs.token_entropy)
     assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
 
 
@@ -134,7 +134,7 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
 def test_a_micro_batch_that_is_not_auto_or_a_count_is_refused_before_any_model_loads(
     composed, value, shown
 ):
-    from trainer.validation import ConfigError, validate
+    from trainer.run.validation import ConfigError, validate
 
     with pytest.raises(ConfigError, match=rf"^learner_batch_tokens={shown}: must be auto or an"):
         validate(composed(f"learner_batch_tokens={value}"))

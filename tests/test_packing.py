@@ -2,7 +2,7 @@
 
 import torch
 
-from trainer.packing import pack_groups, row_length
+from trainer.model.packing import pack_groups, row_length
 
 
 def test_each_prompt_once_then_its_rollouts_each_seeing_only_the_prompt_and_itself():

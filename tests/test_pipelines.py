@@ -12,15 +12,23 @@ import pytest
 import torch
 from conftest import run_sweep, study_in
 
-from trainer import metrics, step
-from trainer.model_source import load_policy
-from trainer.pipelines import split_by_age, staleness
-from trainer.sampler_factory import make_sampler
-from trainer.sampling import SamplingSettings
-from trainer.step import Groups, backward, optimizer_step, prepare, sample_groups, train_on_groups
-from trainer.tasks import AdditionTask
-from trainer.train import train
-from trainer.validation import ConfigError, validate
+from trainer.base import metrics
+from trainer.env.tasks import AdditionTask
+from trainer.rl import step
+from trainer.rl.pipelines import split_by_age, staleness
+from trainer.rl.step import (
+    Groups,
+    backward,
+    optimizer_step,
+    prepare,
+    sample_groups,
+    train_on_groups,
+)
+from trainer.run.train import train
+from trainer.run.validation import ConfigError, validate
+from trainer.sampling.factory import make_sampler
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import SamplingSettings
 
 
 def groups_of(versions: list[int]) -> list[Groups]:

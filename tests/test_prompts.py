@@ -7,16 +7,16 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from trainer import metrics
-from trainer.errors import ConfigError
-from trainer.model_source import load_policy
-from trainer.prompts import PromptRenderer
-from trainer.sampler_factory import make_sampler
-from trainer.sampling import SamplingSettings
-from trainer.step import prepare, sample_groups
-from trainer.tasks import make_task
-from trainer.tiny_model import build_tiny_model
-from trainer.train import baseline_advice, train
+from trainer.base import metrics
+from trainer.base.errors import ConfigError
+from trainer.env.prompts import PromptRenderer
+from trainer.env.tasks import make_task
+from trainer.rl.step import prepare, sample_groups
+from trainer.run.train import baseline_advice, train
+from trainer.sampling.factory import make_sampler
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import SamplingSettings
+from trainer.sampling.tiny_model import build_tiny_model
 
 MESSAGES = [
     {"role": "system", "content": "Answer with the number only."},

@@ -3,9 +3,9 @@ function, and the one-line errors."""
 
 import pytest
 
-from trainer.errors import ConfigError
-from trainer.rewards import REWARDS, RewardError, RewardSet, score
-from trainer.tasks import Problem
+from trainer.base.errors import ConfigError
+from trainer.env.rewards import REWARDS, RewardError, RewardSet, score
+from trainer.env.tasks import Problem
 
 PROBLEM = Problem("What is 59 + 63?", "122")
 

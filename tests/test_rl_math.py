@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from trainer import rl_math
+from trainer.model import logprobs
+from trainer.rl import rl_math
 
 ALL_REWARDS = [0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
 
@@ -86,11 +87,11 @@ def test_both_sample_train_kl_estimators():
 
 def test_token_entropy_of_uniform_and_peaked_distributions():
     uniform = torch.zeros(1, 1, 4)
-    assert rl_math.token_entropy(uniform).item() == pytest.approx(
+    assert logprobs.token_entropy(uniform).item() == pytest.approx(
         torch.log(torch.tensor(4.0)).item()
     )
     peaked = torch.tensor([[[100.0, 0.0, 0.0, 0.0]]])
-    assert rl_math.token_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)
+    assert logprobs.token_entropy(peaked).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_minibatches_keep_every_rollout_of_a_problem_together():
@@ -113,7 +114,7 @@ def test_mean_and_stderr_use_the_sample_sd():
 
 
 def test_lr_auto_follows_the_seeds_formula():
-    from trainer.lr import get_lr
+    from trainer.run.lr import get_lr
 
     # 5e-5 x 10 (LoRA) x (2000 / 2000) ** 0.781
     assert get_lr(2000, "llama") == pytest.approx(5e-4)

@@ -4,13 +4,16 @@ the learner's on-policy (kl_sample_train ~ 0), whatever the speed-ups."""
 import pytest
 import torch
 
-from trainer import metrics, packing, rl_math
-from trainer.merged_lora import MergedLoRA
-from trainer.model_source import load_policy
-from trainer.policy import Policy, collate, token_logprobs
-from trainer.sampling import Rollout, SamplingSettings
-from trainer.step import optimizer_step
-from trainer.torch_sampler import INVERSE_CDF_VOCAB, TorchSampler, draw
+from trainer.base import metrics
+from trainer.model import packing
+from trainer.model.merged_lora import MergedLoRA
+from trainer.model.policy import Policy, collate, token_logprobs
+from trainer.model.rollout import Rollout
+from trainer.rl import rl_math
+from trainer.rl.step import optimizer_step
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import SamplingSettings
+from trainer.sampling.torch_sampler import INVERSE_CDF_VOCAB, TorchSampler, draw
 
 PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
 

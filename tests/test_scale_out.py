@@ -110,9 +110,17 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
 @pytest.mark.postgres
 def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  # noqa: F811
     storage = postgres.database("optuna_tpe")
-    outputs = start_workers(4, tmp_path, storage, mlflow_server, "hydra.sweeper.study_name=shared-tpe",
-                  "hydra.sweeper.n_trials=6", "group_size=2", "lr=tag(log, interval(1e-4, 1e-2))",
-                  "max_steps=60")  # fmt: skip  (trials long enough that no worker takes them all)
+    outputs = start_workers(
+        4,
+        tmp_path,
+        storage,
+        mlflow_server,
+        "hydra.sweeper.study_name=shared-tpe",
+        "hydra.sweeper.n_trials=6",
+        "group_size=2",
+        "lr=tag(log, interval(1e-4, 1e-2))",
+        "max_steps=60",
+    )  # fmt: skip  (trials long enough that no worker takes them all)
     study = optuna.load_study(study_name="shared-tpe", storage=storage)
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 6  # one budget: not 6 a worker

@@ -19,7 +19,7 @@ from sweeper.plan.space import parse_space
 from sweeper.plan.sweep_plan import default_study_name
 from sweeper.study.storage import open_storage, resolve_url
 from sweeper.sweep.job import TrialPruned
-from trainer.health import HealthMonitor, HealthRule
+from trainer.rl.health import HealthMonitor, HealthRule
 
 
 def test_choices_ranges_and_intervals_become_distributions():

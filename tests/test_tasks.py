@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from trainer.errors import ConfigError
-from trainer.tasks import AdditionTask, ArithmeticTask, DatasetTask, exact_match_reward
+from trainer.base.errors import ConfigError
+from trainer.env.tasks import AdditionTask, ArithmeticTask, DatasetTask, exact_match_reward
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.config import TinyModelRecipe
-from trainer.tiny_model import build_tiny_model, tiny_model_dir
+from trainer.base.config import TinyModelRecipe
+from trainer.sampling.tiny_model import build_tiny_model, tiny_model_dir
 
 # A quick recipe: the real one differs only in size and in how long it warms up.
 QUICK = TinyModelRecipe(

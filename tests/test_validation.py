@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import compose_conf as composed
 
-from trainer.validation import ConfigError, validate
+from trainer.run.validation import ConfigError, validate
 
 
 def test_defaults_are_valid():

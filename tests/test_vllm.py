@@ -17,12 +17,12 @@ pytestmark = [
 
 def test_vllm_log_probs_match_the_learner_and_follow_the_adapter(composed):
     pytest.importorskip("vllm")
-    from trainer import rl_math
-    from trainer.model_source import load_policy
-    from trainer.policy import collate, token_logprobs
-    from trainer.sampling import SamplingSettings
-    from trainer.torch_sampler import TorchSampler
-    from trainer.vllm_sampler import VLLMSampler
+    from trainer.model.policy import collate, token_logprobs
+    from trainer.rl import rl_math
+    from trainer.sampling.model_source import load_policy
+    from trainer.sampling.protocol import SamplingSettings
+    from trainer.sampling.torch_sampler import TorchSampler
+    from trainer.sampling.vllm_sampler import VLLMSampler
 
     cfg = composed("sampler=vllm", "model.device=cuda")
     policy = load_policy(cfg)

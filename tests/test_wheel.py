@@ -56,7 +56,7 @@ def installed(tmp_path_factory) -> Path:
 
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path):
-    probe = "import trainer; from trainer.config import config_dir; print(trainer.__file__); print(config_dir())"
+    probe = "import trainer; from trainer.base.config import config_dir; print(trainer.__file__); print(config_dir())"
     done = run(installed, tmp_path, "-c", probe)
     module, conf = done.stdout.split()
     assert "site-packages" in module and str(ROOT) not in module
@@ -80,7 +80,7 @@ def test_train_sweep_and_tuned_from_an_empty_directory(installed, tmp_path):
 def test_a_users_own_config_in_the_working_directory_joins_the_installed_ones(installed, tmp_path):
     (tmp_path / "task").mkdir()
     (tmp_path / "task" / "small.yaml").write_text(
-        "_target_: trainer.tasks.AdditionTask\nnum_digits: 1\neval_size: 8\nseed: 0\n"
+        "_target_: trainer.env.tasks.AdditionTask\nnum_digits: 1\neval_size: 8\nseed: 0\n"
     )
     shown = run(installed, tmp_path, "-m", "trainer", "task=small", "--cfg", "job")
     assert shown.returncode == 0, shown.stderr[-2000:]

@@ -94,7 +94,7 @@ class GRPOSweeperConf:
     # Seconds every store (Optuna's storage, MLflow's tracking database) is retried, with
     # backoff, once it stops answering; then the worker stops with one line saying the
     # database is unreachable, and the same command resumes. null: 120 s
-    # (trainer/database.py: DEFAULT_RETRY_S). A store that fails at the sweep's start is bad
+    # (trainer/run/database.py: DEFAULT_RETRY_S). A store that fails at the sweep's start is bad
     # input: it fails at once.
     db_retry_seconds: float | None = None
     # A trial lost to the infrastructure (its database stayed away, its process or worker
@@ -106,7 +106,7 @@ class GRPOSweeperConf:
     # --- pruning ---
     # Health rules checked after every training step; the first that fires prunes the trial
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of
-    # trainer/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
+    # trainer/rl/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
     # below_baseline), bound, patience, warmup_steps, advice}.
     health: Any = None

@@ -17,7 +17,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class WorkingDirSearchPath(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from trainer.config import config_dir  # deferred: Hydra scans plugins at every start
+        from trainer.base.config import config_dir  # deferred: Hydra scans plugins at every start
 
         ours = os.path.realpath(config_dir())
         primary = [e.path for e in search_path.get_path() if e.provider == "main"]

@@ -1,7 +1,7 @@
 """Check every configuration a sweep can reach before its first trial starts.
 
 Each grid point (or, for ranges, each combination of endpoints) is composed the way the
-launcher will compose it (`load_sweep_config`) and checked with `trainer.validation`, so a
+launcher will compose it (`load_sweep_config`) and checked with `trainer.run.validation`, so a
 misspelt key or an impossible value fails in seconds, with one line, and before any study
 or MLflow run exists. Past MAX_COMBINATIONS points we check each value on its own instead
 (the other keys at their first value): interactions then go unchecked, values do not.
@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sweeper import SweepError
 from sweeper.plan.space import SearchSpace, Value
-from trainer.validation import ConfigError, validate
+from trainer.run.validation import ConfigError, validate
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Choices (sampler, direction, pruner) are Enums in the registered config and fail when Hydra
 composes it; every other rule is here, each failing with one line naming the setting, its
-value and the rule, like trainer/validation.py does for the training config.
+value and the rule, like trainer/run/validation.py does for the training config.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper.study.storage import resolve_url
-from trainer.database import DEFAULT_RETRY_S
-from trainer.health import HealthRule, default_rules, rules_from_settings
+from trainer.rl.health import HealthRule, default_rules, rules_from_settings
+from trainer.run.database import DEFAULT_RETRY_S
 
 
 @dataclass(frozen=True)

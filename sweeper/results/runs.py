@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial
 from analysis.mlflow_ui import study_link
 from analysis.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
 from analysis.text import show
-from trainer.tracking import MLflowRun, tracking_client
+from trainer.run.tracking import MLflowRun, tracking_client
 
 
 def tracking_uri() -> str:

@@ -2,7 +2,7 @@
 
 A trial is lost when its run could not end on its own account: its process or its sweeper
 died (no record, a record still RUNNING, a heartbeat that stopped), or a store stayed
-unreachable past the retry window (trainer.database.DatabaseUnreachable). A lost trial is
+unreachable past the retry window (trainer.run.database.DatabaseUnreachable). A lost trial is
 recorded interrupted, which counts toward nothing (not max_failure_rate), and its point is
 queued again to resume from its last checkpoint (slots.give_back). The same point lost
 `max_lost_in_a_row` times in a row fails with the reason: a run that kills its own worker
@@ -20,8 +20,8 @@ from optuna.trial import FrozenTrial
 
 from analysis.records import Replicate, State, TrialAttr
 from sweeper import optuna_adapter as oa
-from trainer.database import DatabaseUnreachable, is_unreachable
-from trainer.errors import fail_reason, first_line
+from trainer.base.errors import fail_reason, first_line
+from trainer.run.database import DatabaseUnreachable, is_unreachable
 
 
 def lost_reason(

@@ -21,7 +21,8 @@ from optuna.storages import BaseStorage, RDBStorage
 from analysis.records import absolute_url, sqlite_path
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
-from trainer.database import (
+from trainer.base.errors import first_line
+from trainer.run.database import (
     DatabaseUnreachable,
     advisory_lock,
     missing_driver,
@@ -31,8 +32,7 @@ from trainer.database import (
     scheme,
     shown_url,
 )
-from trainer.errors import first_line
-from trainer.locks import flocked
+from trainer.run.locks import flocked
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
@@ -91,7 +91,7 @@ def open_storage(
     patient=False: a database that cannot be reached now fails at once, as bad input does
     (the sweep's first contact). Jobs are patient: the sweep reached it a moment ago.
     Workers started together on a fresh database would race to create Optuna's tables: one
-    at a time creates or checks them (trainer.database.schema_lock).
+    at a time creates or checks them (trainer.run.database.schema_lock).
     """
     path = sqlite_path(url)
     if path:

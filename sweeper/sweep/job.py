@@ -26,18 +26,18 @@ from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
-from trainer.checkpoint import checkpoint_step, latest_checkpoint
-from trainer.database import DatabaseUnreachable, set_retry_window
-from trainer.errors import fail_reason
-from trainer.health import Breach, HealthMonitor, rules_from_settings
-from trainer.metrics import EVAL_REWARD, stderr_of
-from trainer.run import train_and_log
-from trainer.sweep_job import training_config
-from trainer.tracking import MLflowRun, tracking_client
-from trainer.train import train
+from trainer.base.errors import fail_reason
+from trainer.base.metrics import EVAL_REWARD, stderr_of
+from trainer.rl.health import Breach, HealthMonitor, rules_from_settings
+from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.run.database import DatabaseUnreachable, set_retry_window
+from trainer.run.logged_run import train_and_log
+from trainer.run.sweep_job import training_config
+from trainer.run.tracking import MLflowRun, tracking_client
+from trainer.run.train import train
 
 # --- stopping a trial early ------------------------------------------------------
-# Health rules (trainer/health.py) are our own: Optuna's `trial.report` takes one value per
+# Health rules (trainer/rl/health.py) are our own: Optuna's `trial.report` takes one value per
 # step, and that value is the objective (eval reward), so rules on other metrics cannot go
 # through it. The reporter checks them after every step and raises `TrialPruned` with the
 # breach; the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays

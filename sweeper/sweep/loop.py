@@ -51,10 +51,10 @@ from sweeper.sweep import racing, terminator
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.outcome import combine, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
-from trainer.database import DatabaseUnreachable, set_retry_window
-from trainer.errors import fail_reason
-from trainer.tracking import check_tracking_uri, tracking_client
-from trainer.validation import ConfigError
+from trainer.base.errors import fail_reason
+from trainer.run.database import DatabaseUnreachable, set_retry_window
+from trainer.run.tracking import check_tracking_uri, tracking_client
+from trainer.run.validation import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from statistics import mean
 from typing import Any
 
 from analysis.records import Replicate, State
-from trainer.metrics import is_finite_number
+from trainer.base.metrics import is_finite_number
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from analysis import records
 from analysis.records import State
-from trainer.rl_math import mean_and_stderr
+from trainer.rl.rl_math import mean_and_stderr
 
 log = logging.getLogger(__name__)
 

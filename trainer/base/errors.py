@@ -1,0 +1,23 @@
+"""The error every check raises for a setting that cannot work (trainer/run/validation.py runs
+them), and how an error becomes the one line a person reads; its own module so that any layer
+(the sweeper and analysis too) can use them without importing the checks."""
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the parameter, the value and the rule."""
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's first line of text (its type's name when it has none): what a person
+    reads of an error in a one-line message."""
+    lines = str(error).strip().splitlines()
+    return lines[0].strip() if lines else type(error).__name__
+
+
+def fail_reason(error: BaseException) -> str:
+    """A failed trial's `fail_reason`: the exception type and its first line."""
+    return (
+        f"{type(error).__name__}: {first_line(error)}"
+        if str(error).strip()
+        else type(error).__name__
+    )

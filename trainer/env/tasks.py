@@ -1,0 +1,274 @@
+"""Reward environments: problems with a prompt, a reference answer and a reward.
+
+Any class with the `Task` methods works through `_target_` (`task._target_=my.module.MyTask`),
+so a user brings their own data and reward function without touching the trainer. A prompt is
+a string or a list of {"role", "content"} messages; how it becomes tokens (the chat template,
+`task.chat_template` and `task.system_prompt`) is trainer/env/prompts.py's job, the same for every
+task. The built-in tasks score with a `RewardSet` (trainer/env/rewards.py: rewards by name, with
+weights, each logged on its own).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainer.base.errors import ConfigError
+from trainer.env.prompts import PROMPT_DEFAULTS, Prompt, check_messages, is_prompt, prompt_settings
+from trainer.env.rewards import RewardSet, exact_match_reward, parse_number
+
+__all__ = ["Problem", "Task", "exact_match_reward", "make_task"]
+
+AUTO = "auto"  # task.rewards for a data file: chosen from its answers (`default_rewards`)
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: Prompt  # a string, or a list of {"role", "content"} messages
+    answer: str
+
+
+class Task(Protocol):
+    def train_problems(self, n: int, rng: random.Random) -> list[Problem]:
+        """n problems from the training split."""
+
+    def eval_problems(self) -> list[Problem]:
+        """The held-out split, the same every call."""
+
+    def reward(self, problem: Problem, completion: str, finished: bool) -> float:
+        """Score one completion; `finished` is True when it ended with end-of-sequence."""
+
+
+def make_task(task_cfg) -> Task:
+    """The configured task (Hydra `_target_`), the prompt rendering keys (PROMPT_DEFAULTS)
+    left out: the sampler reads those."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf, open_dict
+
+    missing = sorted(OmegaConf.missing_keys(task_cfg))
+    if missing:
+        raise ConfigError(f"{missing[0]}=???: must be given ({missing[0]}=...)")
+    prompt_settings(task_cfg)  # checked here too, so a bad one fails before a model loads
+    cfg = OmegaConf.create(OmegaConf.to_container(task_cfg, resolve=True))
+    with open_dict(cfg):
+        for key in PROMPT_DEFAULTS:
+            cfg.pop(key, None)
+    # Not recursive: a `{_target_: ...}` entry of task.rewards names a reward function to call
+    # later, not an object to build now.
+    return instantiate(cfg, _recursive_=False, _convert_="all")
+
+
+def split_once(problems: list[Problem], eval_size: int, seed: int) -> tuple[list, list]:
+    """(train, eval): eval_size problems held out, chosen once by seed."""
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    return [problems[i] for i in order[eval_size:]], [problems[i] for i in order[:eval_size]]
+
+
+class SplitTask:
+    """Fixed train and held-out eval problems, scored by a RewardSet."""
+
+    def __init__(
+        self, train: list[Problem], eval: list[Problem], rewards: list, reward_weights=None
+    ) -> None:
+        self._train, self._eval = train, eval
+        self.rewards = RewardSet(rewards, reward_weights)
+
+    def train_problems(self, n: int, rng: random.Random) -> list[Problem]:
+        return (
+            rng.sample(self._train, n) if n <= len(self._train) else rng.choices(self._train, k=n)
+        )
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
+
+    def reward(self, problem: Problem, completion: str, finished: bool) -> float:
+        return self.rewards(problem, completion, finished)
+
+
+def addition_problem(a: int, b: int, num_digits: int) -> Problem:
+    # Zero-padded operands put each digit at a fixed position: a ~300k-parameter model
+    # learns the task in seconds this way, and in minutes without it.
+    return Problem(prompt=f"{a:0{num_digits}d}+{b:0{num_digits}d}=", answer=str(a + b))
+
+
+class AdditionTask(SplitTask):
+    """Every `07+45=` with operands below 10**num_digits: the tiny model's task."""
+
+    def __init__(
+        self,
+        num_digits: int = 2,
+        eval_size: int = 200,
+        seed: int = 0,
+        rewards: list | None = None,
+        reward_weights: list | None = None,
+    ) -> None:
+        if num_digits < 1:
+            raise ConfigError(f"task.num_digits={num_digits!r}: must be >= 1")
+        limit = 10**num_digits
+        if not 1 <= eval_size < limit * limit:
+            raise ConfigError(f"task.eval_size={eval_size!r}: must be in [1, {limit * limit})")
+        problems = [addition_problem(a, b, num_digits) for a in range(limit) for b in range(limit)]
+        rewards = ["exact_match"] if rewards is None else rewards
+        super().__init__(*split_once(problems, eval_size, seed), rewards, reward_weights)
+
+
+class ArithmeticTask(SplitTask):
+    """`What is 7 + 12? Answer with the number only.` for every pair of operands in
+    [0, max_operand]: questions in words for an instruct model, scored by the last number of
+    its answer. The task bench/REAL_TASKS.md measures SmolLM2-135M-Instruct learning."""
+
+    QUESTION = "What is {a} + {b}? Answer with the number only."
+
+    def __init__(
+        self,
+        max_operand: int = 12,
+        eval_size: int = 64,
+        seed: int = 0,
+        rewards: list | None = None,
+        reward_weights: list | None = None,
+    ) -> None:
+        if max_operand < 1:
+            raise ConfigError(f"task.max_operand={max_operand!r}: must be >= 1")
+        count = (max_operand + 1) ** 2
+        if not 1 <= eval_size < count:
+            raise ConfigError(f"task.eval_size={eval_size!r}: must be in [1, {count})")
+        problems = [
+            Problem(self.QUESTION.format(a=a, b=b), str(a + b))
+            for a in range(max_operand + 1)
+            for b in range(max_operand + 1)
+        ]
+        rewards = ["last_number"] if rewards is None else rewards
+        super().__init__(*split_once(problems, eval_size, seed), rewards, reward_weights)
+
+
+def default_rewards(problems: list[Problem]) -> list[str]:
+    """task.rewards=auto for a data file: `last_number` when every answer is a number (it reads
+    the answer out of free text, as a chat model writes it), else `exact_match`."""
+    numeric = all(parse_number(p.answer) is not None for p in problems)
+    return ["last_number"] if numeric else ["exact_match"]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSONL file; a malformed row names its line number."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(
+                    f"task.path={str(path)!r}: line {line_number} is not JSON ({e.msg})"
+                ) from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"task.path={str(path)!r}: line {line_number} is not an object")
+            rows.append(row)
+    return rows
+
+
+# File suffix -> the `datasets` builder that reads it (JSONL has a reader of its own, above).
+DATASET_BUILDERS = {".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def read_split(path: Path, split: str, key: str) -> list[dict]:
+    """The rows of one split: a JSONL/JSON/CSV/Parquet file (one split, "train") or a directory
+    written by `datasets`' save_to_disk. `key` names the setting, for the error."""
+    if path.is_file() and path.suffix == ".jsonl":
+        data: Any = {"train": read_jsonl(path)}
+    else:
+        try:
+            import datasets
+        except ImportError:
+            raise ConfigError(
+                f"task.path={str(path)!r}: reading it needs the datasets package "
+                "(pip install datasets)"
+            ) from None
+        if path.is_dir():
+            data = datasets.load_from_disk(str(path))
+        elif path.suffix in DATASET_BUILDERS:
+            data = datasets.load_dataset(DATASET_BUILDERS[path.suffix], data_files=str(path))
+        else:
+            raise ConfigError(
+                f"task.path={str(path)!r}: unknown format; one of .jsonl, "
+                f"{', '.join(DATASET_BUILDERS)} or a save_to_disk directory"
+            )
+        if isinstance(data, datasets.Dataset):
+            data = {"train": data}
+    if split not in data:
+        raise ConfigError(f"{key}={split!r}: not a split of {str(path)!r}; it has {list(data)}")
+    return [dict(row) for row in data[split]]
+
+
+def problems_from_rows(
+    rows: list[dict], prompt_field: str, answer_field: str, path: str
+) -> list[Problem]:
+    """Problems from rows, each field checked: a missing one names the fields there are."""
+    problems = []
+    for i, row in enumerate(rows, start=1):
+        for key, field in (
+            ("task.prompt_field", prompt_field),
+            ("task.answer_field", answer_field),
+        ):
+            if field not in row:
+                raise ConfigError(
+                    f"{key}={field!r}: row {i} of {path!r} has no such field; "
+                    f"its fields are {sorted(row)}"
+                )
+        prompt, answer = row[prompt_field], row[answer_field]
+        where = f"task.path={path!r}: row {i}, field {prompt_field!r}"
+        if not is_prompt(prompt):
+            raise ConfigError(f"{where}: must be a string or a list of messages")
+        if not isinstance(prompt, str):
+            check_messages(prompt, where)
+            prompt = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        problems.append(Problem(prompt=prompt, answer=str(answer)))
+    return problems
+
+
+class DatasetTask(SplitTask):
+    """Question/answer rows from a local file or saved dataset (`task=jsonl task.path=...`).
+
+    The held-out eval split is `eval_split` when given, else `eval_fraction` of `split`'s
+    rows chosen once by seed. The reward is `rewards` (`auto`: `default_rewards`).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        prompt_field: str = "prompt",
+        answer_field: str = "answer",
+        split: str = "train",
+        eval_split: str | None = None,
+        eval_fraction: float = 0.1,
+        seed: int = 0,
+        rewards: Any = AUTO,
+        reward_weights: list | None = None,
+    ) -> None:
+        if not 0 < eval_fraction < 1:
+            raise ConfigError(f"task.eval_fraction={eval_fraction!r}: must be in (0, 1)")
+        file = Path(path).expanduser()
+        if not file.exists():
+            raise ConfigError(f"task.path={path!r}: no such file or directory")
+
+        def load(split_name: str, key: str) -> list[Problem]:
+            rows = read_split(file, split_name, key)
+            return problems_from_rows(rows, prompt_field, answer_field, path)
+
+        problems = load(split, "task.split")
+        if eval_split is not None:
+            train, eval = problems, load(eval_split, "task.eval_split")
+            if not train or not eval:
+                raise ConfigError(f"task.path={path!r}: the train and eval splits need rows")
+        else:
+            if len(problems) < 2:
+                raise ConfigError(f"task.path={path!r}: needs at least 2 rows (train and eval)")
+            eval_size = min(len(problems) - 1, max(1, round(eval_fraction * len(problems))))
+            train, eval = split_once(problems, eval_size, seed)
+        if rewards == AUTO:
+            rewards = default_rewards(problems)
+        super().__init__(train, eval, rewards, reward_weights)

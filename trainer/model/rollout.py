@@ -1,0 +1,21 @@
+"""A rollout: one sampled completion with the sampler's per-token log-probs.
+
+What every sampler returns (trainer/sampling/protocol.py: `Sampler.sample`) and what the
+policy collates into token tensors (trainer/model/policy.py: `collate`); here, below both, so
+the policy does not import the samplers' layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Rollout:
+    prompt_ids: list[int]  # the prompt as rendered once (trainer/env/prompts.py); the learner's too
+    completion_ids: list[int]  # includes the end-of-sequence token when one was sampled
+    sampler_logps: list[float]  # one per completion token
+    finished: bool  # ended with end-of-sequence (False: truncated at max_tokens)
+    text: str  # the completion decoded, without special tokens
+    # Each reward's score by name, set when scored (trainer/env/rewards.py `score`); logged per name.
+    reward_parts: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,320 @@
+"""The one training step every pipeline shares (trainer/rl/pipelines.py decides how groups arrive).
+
+sample_groups:   group_size rollouts of each problem, scored -> Groups
+train_on_groups: advantages (centred within each group) -> optional KL shaping against the
+                 reference -> minibatches of whole groups, one optimizer step each -> the
+                 post-update KL on the groups' own rollouts
+Shapes come from the groups, never from the config, so a streamed or partial batch trains
+through the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+
+from trainer.base import metrics as metrics_names
+from trainer.env.rewards import reward_part_means, score
+from trainer.env.tasks import Problem, Task
+from trainer.model import micro_batches
+from trainer.model.policy import Policy, TokenBatch, collate, token_logprobs
+from trainer.model.rollout import Rollout
+from trainer.rl import rl_math
+from trainer.rl.losses import LossInputs, get_loss
+from trainer.sampling.protocol import Sampler, SamplingSettings
+
+
+class NonFiniteError(FloatingPointError):
+    """NaN or inf in rewards, log-probs, the loss or the gradients: the run cannot recover."""
+
+
+# What each minibatch update reports, averaged over the step's minibatches.
+UPDATE_METRICS = (
+    metrics_names.LOSS,
+    metrics_names.GRAD_NORM,
+    metrics_names.KL_SAMPLE_TRAIN_V1,
+    metrics_names.KL_SAMPLE_TRAIN_V2,
+    metrics_names.ENTROPY,
+)
+UPDATE_SECONDS = (metrics_names.TIME_FORWARD_BACKWARD, metrics_names.TIME_OPTIMIZER)
+
+
+@dataclass
+class Groups:
+    """Rollout groups to train on: P problems x G rollouts each, rollouts grouped by problem."""
+
+    problems_P: list[Problem]
+    rollouts_N: list[Rollout]
+    rewards_PG: torch.Tensor
+    versions_P: list[int]  # the policy version (step) whose weights sampled each group
+    sample_s: float  # seconds spent sampling and scoring them
+
+    def __len__(self) -> int:
+        return len(self.problems_P)
+
+    @classmethod
+    def join(cls, parts: list[Groups]) -> Groups:
+        return cls(
+            [p for g in parts for p in g.problems_P],
+            [r for g in parts for r in g.rollouts_N],
+            torch.cat([g.rewards_PG for g in parts]),
+            [v for g in parts for v in g.versions_P],
+            sum(g.sample_s for g in parts),
+        )
+
+
+def sample_groups(
+    cfg: DictConfig,
+    sampler: Sampler,
+    task: Task,
+    problems_P: list[Problem],
+    settings: SamplingSettings,
+    version: int,
+) -> Groups:
+    """group_size rollouts of each problem, scored by the task."""
+    started = time.perf_counter()
+    group_size = cfg.group_size  # read once: each DictConfig lookup costs tens of microseconds
+    prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
+    rollouts_N = sampler.sample(prompts_N, settings)
+    rewards_N = []
+    for i, r in enumerate(rollouts_N):  # each reward's own score rides on its rollout
+        reward, r.reward_parts = score(task, problems_P[i // group_size], r.text, r.finished)
+        rewards_N.append(reward)
+    rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
+    require_finite("reward", rewards_PG)
+    elapsed = time.perf_counter() - started
+    return Groups(problems_P, rollouts_N, rewards_PG, [version] * len(problems_P), elapsed)
+
+
+@dataclass
+class Prepared:
+    """Groups as tensors with their advantages: what the updates read."""
+
+    batch: TokenBatch
+    advantages_NT: torch.Tensor
+    mask_NT: torch.Tensor  # tokens that carry gradient
+    keep_P: torch.Tensor | None  # groups kept (remove_constant_reward_groups)
+    metrics: dict[str, float]
+
+
+def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
+    """Advantages centred within each group, broadcast to every action token, and shaped by
+    the KL penalty toward the reference (the base model, adapter off). Shapes come from the
+    groups, never from the config: a pipeline may hand over any number of them."""
+    batch = collate(groups.rollouts_N, policy.tokenizer.pad_token_id).to(policy.device)
+    require_finite("sampler logprob", batch.sampler_logp_NT)
+    advantages_N = rl_math.compute_advantages(groups.rewards_PG, cfg.scale_rewards).view(-1, 1)
+    advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
+    metrics: dict[str, float] = {}
+    if cfg.kl_penalty_coef > 0:
+        started = time.perf_counter()
+        with torch.no_grad(), policy.reference() as reference:
+            ref_logp_NT = logprobs_in_pieces(reference, batch, cfg)
+        metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
+        shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
+            batch.sampler_logp_NT,
+            ref_logp_NT,
+            batch.mask_NT,
+            cfg.kl_penalty_coef,
+            cfg.kl_discount_factor,
+        )
+        advantages_NT = advantages_NT + shaping_NT
+    mask_NT = batch.mask_NT
+    if cfg.loss.mask_truncated_completions:
+        mask_NT = mask_NT * batch.finished_N[:, None]
+    keep_P = None
+    if cfg.remove_constant_reward_groups:
+        keep_P = ~rl_math.constant_groups(groups.rewards_PG)
+    return Prepared(batch, advantages_NT, mask_NT, keep_P, metrics)
+
+
+def train_on_groups(
+    cfg: DictConfig,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    groups: Groups,
+    num_minibatches: int,
+) -> dict[str, float]:
+    """The training step every pipeline shares: num_minibatches minibatches of whole groups,
+    one optimizer step each, then the post-update KL on the groups' own rollouts."""
+    started = time.perf_counter()
+    prepared = prepare(cfg, policy, groups)
+    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_minibatches, prepared.keep_P)
+    updates = []
+    for rows in rows_M:
+        update = backward(cfg, policy, prepared, rows)
+        stepped = time.perf_counter()
+        update[metrics_names.GRAD_NORM] = optimizer_step(cfg, policy, optimizer, update)
+        update[metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
+        updates.append(update)
+    metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
+    return {**metrics, **prepared.metrics, **timing(groups, time.perf_counter() - started)}
+
+
+def step_metrics(
+    cfg: DictConfig,
+    policy: Policy,
+    optimizer: torch.optim.Optimizer,
+    groups: Groups,
+    batch: TokenBatch,
+    updates: list[dict[str, float]],
+) -> dict[str, float]:
+    """What a step reports after its updates, whatever the pipeline: the groups' rewards, the
+    updates' averages, the lr, and the post-update KL on the step's own rollouts (`batch`)."""
+    metrics = {**group_metrics(groups), **average_updates(updates)}
+    metrics[metrics_names.LR] = optimizer.param_groups[0]["lr"]
+    # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
+    # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
+    if cfg.compute_post_kl:
+        post_started = time.perf_counter()
+        metrics.update(post_update_kl(policy, batch, cfg))
+        metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
+    return metrics
+
+
+def reference_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The KL penalty's metrics of several equal minibatches prepared one at a time (stream):
+    the policy-reference KL's mean, the reference forwards' total time."""
+    parts = [m for m in parts if m]
+    if not parts:
+        return {}
+    return {
+        metrics_names.KL_POLICY_REF: sum(m[metrics_names.KL_POLICY_REF] for m in parts)
+        / len(parts),
+        metrics_names.TIME_REFERENCE: sum(m[metrics_names.TIME_REFERENCE] for m in parts),
+    }
+
+
+def group_metrics(groups: Groups) -> dict[str, float]:
+    return {
+        metrics_names.REWARD: groups.rewards_PG.mean().item(),
+        metrics_names.REWARD_STD: groups.rewards_PG.std().item(),
+        **rl_math.group_outcome_fractions(groups.rewards_PG),
+        **reward_part_means(groups.rollouts_N),
+    }
+
+
+def timing(groups: Groups, train_s: float) -> dict[str, float]:
+    return {
+        metrics_names.TIME_SAMPLE: groups.sample_s,
+        metrics_names.TIME_TRAIN: train_s,
+        metrics_names.ROLLOUTS_PER_S: len(groups.rollouts_N) / (groups.sample_s + train_s),
+    }
+
+
+def backward(
+    cfg: DictConfig, policy: Policy, prepared: Prepared, rows: torch.Tensor, scale: float = 1.0
+) -> dict[str, float]:
+    """Forward and backward on the given rollouts (a minibatch), in micro-batches of at most
+    cfg.learner_batch_tokens tokens; gradients accumulate until the step.
+
+    Each piece's loss is normalised by the whole minibatch's sequences and tokens, so the
+    pieces' gradients sum to the minibatch's. `scale` divides a minibatch's loss when several
+    make up one optimizer step (streaming). A non-finite loss is reported, not backpropagated.
+    """
+    started = time.perf_counter()
+    rows = rows.to(policy.device)
+    mask_NT = prepared.mask_NT[rows]
+    num_sequences, num_tokens = len(rows), mask_NT.sum()
+    loss_fn = get_loss(cfg.loss.name)
+    losses, logp, entropy = [], [], []
+    with policy.learner() as model:
+        for piece in pieces(prepared.batch, rows, learner_tokens(cfg, policy.model.config)):
+            part = prepared.batch.select(piece)
+            logp_NT, entropy_NT = token_logprobs(model, part, cfg.temperature, with_entropy=True)
+            require_finite("learner logprob", logp_NT[part.mask_NT.bool()])
+            inputs = LossInputs(
+                logp_NT,
+                part.sampler_logp_NT,
+                prepared.advantages_NT[piece],
+                prepared.mask_NT[piece],
+                cfg.max_tokens,
+                num_sequences,
+                num_tokens,
+            )
+            loss = loss_fn(inputs, cfg.loss)
+            if torch.isfinite(loss):
+                (loss * scale).backward()
+            losses.append(loss.detach())
+            logp.append(logp_NT.detach())
+            entropy.append(entropy_NT)
+    logp_NT, minibatch = torch.cat(logp), prepared.batch.select(rows)
+    # Sampler-vs-learner KL on this minibatch, before its own update took effect.
+    kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
+    return {
+        metrics_names.LOSS: sum(losses).item(),
+        metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
+        metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
+        metrics_names.ENTROPY: rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item(),
+        metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
+    }
+
+
+def learner_tokens(cfg: DictConfig, shape) -> int:
+    """cfg.learner_batch_tokens, with auto sized from the model's shape (its transformers
+    config) and dtype."""
+    return micro_batches.token_budget(
+        cfg.learner_batch_tokens,
+        layers=shape.num_hidden_layers,
+        hidden=shape.hidden_size,
+        mlp=getattr(shape, "intermediate_size", None) or 4 * shape.hidden_size,
+        bytes_per_value=getattr(torch, cfg.model.dtype).itemsize,
+        checkpointed=cfg.gradient_checkpointing,
+    )
+
+
+def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """The learner's micro-batches of these rollouts (trainer/model/micro_batches.py)."""
+    prompt_tokens_D = batch.prompt_mask_DP.sum(-1)
+    width = batch.completion_ids_NT.shape[1]
+    return micro_batches.split_rows(rows, batch.prompt_of_N, prompt_tokens_D, width, budget)
+
+
+def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfig) -> torch.Tensor:
+    """Every rollout's token log-probs, no gradient, one micro-batch at a time."""
+    rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
+    parts = pieces(batch, rows, learner_tokens(cfg, model.config))
+    return torch.cat([token_logprobs(model, batch.select(p), cfg.temperature)[0] for p in parts])
+
+
+def optimizer_step(
+    cfg: DictConfig, policy: Policy, optimizer: torch.optim.Optimizer, *updates: dict[str, float]
+) -> float:
+    """Clip and apply the accumulated gradients; returns the gradient norm. Nothing moves when
+    a loss or the gradient is not finite: NaN never reaches the weights."""
+    grad_norm = math.nan
+    if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm).item()
+    if math.isfinite(grad_norm):
+        optimizer.step()
+        policy.weights_changed()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+@torch.inference_mode()  # as the sampler runs; only two floats leave it
+def post_update_kl(policy: Policy, batch: TokenBatch, cfg: DictConfig) -> dict[str, float]:
+    """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
+    with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
+        post_logp_NT = logprobs_in_pieces(model, batch, cfg)
+    v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
+    return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
+
+
+def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
+    """Mean over the step's minibatches (times: the sum); with none (all groups filtered)
+    nothing moved."""
+    times = {key: sum(u.get(key, 0.0) for u in updates) for key in UPDATE_SECONDS}
+    if not updates:
+        return {**dict.fromkeys(UPDATE_METRICS, 0.0), **times}
+    return {**{key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}, **times}
+
+
+def require_finite(name: str, values: torch.Tensor) -> None:
+    if not torch.isfinite(values).all():
+        raise NonFiniteError(f"{name} is not finite (NaN or inf); lower lr or check the reward")

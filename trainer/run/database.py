@@ -1,0 +1,219 @@
+"""Databases that may blink: the driver a URL needs, retries while one is unreachable, and
+locks that serialize what several processes must not do at once (create a schema).
+
+Shared by both stores a sweep writes: Optuna's storage (sweeper/study/storage.py) and MLflow's
+tracking store (trainer/run/tracking.py). A restart, a failover or a network blip drops every
+connection; SQLAlchemy's pool_pre_ping replaces a dead pooled connection, and `retried`
+waits out the seconds the server is away, for a bounded window, then says the database is
+unreachable in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from trainer.base.errors import first_line
+from trainer.run.locks import flocked
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_RETRY_S = 120.0  # hydra.sweeper.db_retry_seconds's default, and a plain run's
+_retry_window = {"seconds": DEFAULT_RETRY_S}  # set once per process: set_retry_window
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between tries; the last one repeats
+SCHEMA_LOCK_KEY = zlib.crc32(b"grpo-sweeper schema")
+# Tests only: "<folder>:<n>" makes n processes wait for each other right before they create
+# a store's schema, so that the race the schema lock prevents happens every time.
+SCHEMA_BARRIER_ENV = "GRPO_SWEEPER_TEST_SCHEMA_BARRIER"
+# The pip name of each driver a URL may need, and what the project installs it with.
+DRIVER_PACKAGES = {"psycopg": "grpo-sweeper[postgres]"}
+
+
+class DatabaseUnreachable(Exception):
+    """A store stayed unreachable for the whole retry window; the message names the store."""
+
+
+def set_retry_window(seconds: float) -> None:
+    """How long every store of this process is retried once unreachable (the sweep's
+    hydra.sweeper.db_retry_seconds, passed to its jobs)."""
+    _retry_window["seconds"] = float(seconds)
+
+
+def retry_window() -> float:
+    return _retry_window["seconds"]
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """A dropped or refused connection, however wrapped: Optuna wraps the driver's error in a
+    StorageInternalError, MLflow in an MlflowException (TEMPORARILY_UNAVAILABLE)."""
+    return _connection_error(error) is not None
+
+
+def _connection_error(error: BaseException) -> BaseException | None:
+    """The connection error in error's chain (the wrappers' messages say less), or None."""
+    import sqlalchemy.exc
+
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, DatabaseUnreachable):
+            return None  # already retried for the whole window: never retry it again
+        if isinstance(seen, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+            # A SQLite file has no server to come back: a file that cannot be opened (a
+            # missing folder, no permission) stays so; its lock waits are the driver's timeout.
+            return None if _sqlite_cannot_open(seen) else seen
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return seen
+        if isinstance(seen, ConnectionError):
+            return seen
+        if getattr(seen, "error_code", None) == "TEMPORARILY_UNAVAILABLE":
+            return seen.__cause__ or seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _sqlite_cannot_open(error: BaseException) -> bool:
+    return "unable to open database file" in str(getattr(error, "orig", error))
+
+
+def retried(call: Callable[[], T], store: str, window_s: float | None = None) -> T:
+    """call(), tried again with backoff while the database is unreachable, for window_s
+    (default: the process's retry window); then DatabaseUnreachable naming the store."""
+    window_s = retry_window() if window_s is None else window_s
+    deadline = time.monotonic() + window_s
+    for attempt in range(1_000_000):
+        try:
+            return call()
+        except Exception as e:
+            cause = _connection_error(e)
+            if cause is None:
+                raise
+            why = first_line(cause)[:200]
+            if time.monotonic() >= deadline:
+                raise DatabaseUnreachable(
+                    f"{store}: the database is unreachable (retried for {window_s:g} s: {why})"
+                ) from e
+            if attempt == 0:
+                log.warning("%s: lost the database (%s); retrying", store, why)
+            time.sleep(min(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], window_s / 4 + 0.05))
+    raise AssertionError("unreachable")
+
+
+def retrying(method: Callable[..., T], store_of: Callable[[Any], str]) -> Callable[..., T]:
+    """A method whose every call is `retried`; store_of(self) names the store in messages.
+    How ResilientRDBStorage and ResilientMlflowClient wrap their libraries' classes."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> T:
+        return retried(lambda: method(self, *args, **kwargs), store_of(self))
+
+    return call
+
+
+def shown_url(url: str) -> str:
+    """A URL as messages show it: any password masked."""
+    import sqlalchemy
+
+    try:
+        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a database URL at all: the caller's check says so
+        return url
+
+
+def missing_driver(url: str) -> str | None:
+    """What to install when the URL's driver is missing (None when it imports), e.g.
+    `postgresql://` needs psycopg (SQLAlchemy 2's default for PostgreSQL)."""
+    import sqlalchemy
+
+    try:
+        sqlalchemy.make_url(url).get_dialect().import_dbapi()
+    except ImportError as e:
+        module = (e.name or "").split(".")[0] or first_line(e)
+        package = DRIVER_PACKAGES.get(module, module)
+        return f"needs the {module} driver, which is not installed (pip install '{package}')"
+    except Exception:  # an unknown dialect or a malformed URL: opening it says what is wrong
+        return None
+    return None
+
+
+def scheme(url: str) -> str:
+    """The database in a URL: postgresql for postgresql+psycopg://..."""
+    return url.split(":", 1)[0].split("+", 1)[0]
+
+
+@functools.cache
+def _lock_engine(url: str) -> Any:
+    import sqlalchemy
+    import sqlalchemy.pool
+
+    # No pool: the lock lives exactly as long as the connection that holds it.
+    return sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+
+
+@contextlib.contextmanager
+def advisory_lock(url: str, key: int, store: str, window_s: float | None = None) -> Iterator[None]:
+    """A PostgreSQL session advisory lock for the block. The server lets it go when the
+    session ends (the process died, or the connection dropped), so none is ever left held.
+    Taking it is retried as `retried(..., window_s)` is."""
+    import sqlalchemy
+
+    def lock() -> Any:
+        connection = _lock_engine(url).connect()
+        try:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        except Exception:
+            connection.close()
+            raise
+        return connection
+
+    connection = retried(lock, store, window_s)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a dropped connection took the lock with it
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        with contextlib.suppress(Exception):
+            connection.close()
+
+
+@contextlib.contextmanager
+def schema_lock(
+    url: str, store: str, sqlite_file: Path | None, window_s: float | None = None
+) -> Iterator[None]:
+    """One process at a time creates (or checks) a store's tables: workers started together
+    on a fresh database otherwise race to create the same tables and types and the losers
+    fail (a duplicate key in pg_type, "table already exists"). SQLite: a lock on the file's
+    folder (the file may not exist yet); PostgreSQL: an advisory lock; others: none."""
+    _test_barrier(url)
+    if sqlite_file is not None:
+        folder = sqlite_file.expanduser().absolute().parent
+        lock = flocked(folder) if folder.is_dir() else contextlib.nullcontext()
+    elif scheme(url) == "postgresql":
+        lock = advisory_lock(url, SCHEMA_LOCK_KEY, store, window_s)
+    else:
+        lock = contextlib.nullcontext()
+    with lock:
+        yield
+
+
+def _test_barrier(url: str, timeout_s: float = 60) -> None:
+    """Tests only (SCHEMA_BARRIER_ENV): wait until n processes reached this point for url."""
+    spec = os.environ.get(SCHEMA_BARRIER_ENV)
+    if not spec:
+        return
+    folder, parties = spec.rsplit(":", 1)
+    tag = f"{zlib.crc32(url.encode()):08x}"
+    Path(folder, f"{tag}-{os.getpid()}").touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(Path(folder).glob(f"{tag}-*"))) < int(parties):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)

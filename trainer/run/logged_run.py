@@ -1,0 +1,66 @@
+"""One training run logged to MLflow, as `python -m trainer` runs it and each sweep job too.
+
+A module of its own, not the command line's: the sweeper imports it, and a CLI module is not a
+library.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from omegaconf import DictConfig
+
+from trainer.run.validation import ConfigError, validate
+
+log = logging.getLogger("trainer")
+
+
+def run_name(cfg: DictConfig) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    return " ".join(overrides) or "defaults"
+
+
+def train_and_log(cfg: DictConfig) -> float:
+    """One training run with its own MLflow run; returns the final eval reward.
+
+    Bad settings exit with one line before the MLflow run exists, so they leave nothing.
+    """
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    # Loaded once the settings hold, so a bad one fails before seconds of imports.
+    from trainer.env.rewards import RewardError
+    from trainer.run.tracking import MLflowReporter, MLflowRun, check_tracking_uri
+    from trainer.run.train import train
+
+    try:
+        check_tracking_uri()
+    except ConfigError as e:
+        sys.exit(f"error: {e}")
+    run = MLflowRun(cfg.experiment, run_name(cfg))
+    run.log_training_config(cfg)
+    status = "FAILED"
+    try:
+        result = train(cfg, MLflowReporter(run))
+        run.log_artifacts(result.output_dir / "adapter", "adapter")
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except RewardError as e:  # a reward function's bug: one line naming the reward
+        sys.exit(f"error: {e}")
+    finally:
+        run.end(status)
+    baseline = "n/a" if result.baseline_eval is None else f"{result.baseline_eval:.3f}"
+    log.info(
+        "eval/reward/mean: %s -> %.3f; adapter in %s; MLflow run %s",
+        baseline,
+        result.final_eval,
+        result.output_dir / "adapter",
+        run.run_id,
+    )
+    return result.final_eval

@@ -1,0 +1,239 @@
+"""MLflow logging shared by single runs (`python -m trainer`) and sweep trials.
+
+We log through MlflowClient with explicit run ids rather than MLflow's global active run, so
+several runs can be open in one process without mixing (a caller may hold a parent run).
+The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.base.errors import ConfigError, first_line
+from trainer.run.database import (
+    DatabaseUnreachable,
+    missing_driver,
+    retried,
+    retrying,
+    schema_lock,
+    scheme,
+    shown_url,
+)
+
+# Keys that describe where a run lives, not what it trains: never params, never tuned values.
+BOOKKEEPING_KEYS = ("output_dir", "resume", "experiment")
+
+
+def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config flattened to dotted keys, bookkeeping left out."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix[:-1]] = node
+
+    walk({k: v for k, v in container.items() if k not in BOOKKEEPING_KEYS}, "")
+    return flat
+
+
+def check_tracking_uri(uri: str | None = None) -> str:
+    """Fail in one line, before any run starts, when the tracking store cannot be used.
+
+    A server is probed with a 5 s timeout, a database with one connection, instead of
+    MLflow's own retries (minutes): a store that does not answer now is a setting to fix.
+    """
+    uri = uri or mlflow.get_tracking_uri()
+    scheme = urlparse(uri).scheme
+    if scheme == "sqlite":  # a local file: check where it goes, without creating it yet
+        folder = _sqlite_file(uri).absolute().parent
+        if not (folder.is_dir() and os.access(folder, os.W_OK)):
+            raise ConfigError(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
+        return uri
+    missing = missing_driver(uri) if _is_database(uri) else None
+    if missing:
+        raise ConfigError(f"{_store(uri)}: {missing}")
+    try:
+        if scheme in ("http", "https"):
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+        elif _is_database(uri):
+            _database_client(uri, window_s=0)
+        else:
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as e:  # any failure here means no run could be logged
+        cause = e.__cause__ if isinstance(e, DatabaseUnreachable) else e
+        reason = first_line(getattr(cause, "reason", None) or cause)[:200]
+        raise ConfigError(f"{_store(uri)}: cannot use this tracking store ({reason})") from None
+    return uri
+
+
+@functools.cache
+def tracking_client(uri: str | None = None) -> MlflowClient:
+    """A client whose store exists, and which outlasts a database restart.
+
+    A database store (SQLite, PostgreSQL, MySQL) is created and migrated by MLflow on first
+    use; processes doing it at once fail ("duplicate column", a duplicate key in pg_type),
+    and workers of a sweep start together, so creation happens under the schema lock. Every
+    call is retried while the database is unreachable (trainer/run/database.py). An HTTP tracking
+    server is left to MLflow's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
+    """
+    uri = uri or mlflow.get_tracking_uri()
+    if not _is_database(uri):
+        return MlflowClient(uri)
+    return _database_client(uri, window_s=None)
+
+
+class ResilientMlflowClient(MlflowClient):
+    """An MlflowClient whose calls wait out an unreachable database (see tracking_client)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self.store = _store(uri)
+
+
+for _name, _method in list(vars(MlflowClient).items()):
+    if not _name.startswith("_") and inspect.isfunction(_method):
+        setattr(ResilientMlflowClient, _name, retrying(_method, lambda self: self.store))
+
+
+def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
+    """Open (the first time: create) a database store; window_s=0 fails at once."""
+    sqlite_file = _sqlite_file(uri) if urlparse(uri).scheme == "sqlite" else None
+
+    def create() -> ResilientMlflowClient:
+        if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
+            _probe(uri)
+        with schema_lock(uri, _store(uri), sqlite_file, window_s):
+            client = ResilientMlflowClient(uri)
+            MlflowClient.search_experiments(client, max_results=1)  # the store is created here
+        return client
+
+    return retried(create, _store(uri), window_s)
+
+
+def _probe(uri: str) -> None:
+    import sqlalchemy
+    import sqlalchemy.pool
+
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        engine.connect().close()
+    finally:
+        engine.dispose()
+
+
+def _is_database(uri: str) -> bool:
+    return scheme(uri) in ("sqlite", "postgresql", "mysql")
+
+
+def _sqlite_file(uri: str) -> Path:
+    return Path(uri.removeprefix("sqlite:///")).expanduser()
+
+
+def _store(uri: str) -> str:
+    """How messages name the tracking store."""
+    return f"MLFLOW_TRACKING_URI={shown_url(uri)!r}"
+
+
+# What the experiment holds, for MLflow's own bookkeeping. MLflow 3.17's UI still opens every
+# experiment on its GenAI overview whatever this says; the runs view is reached by the link the
+# sweep prints (analysis/mlflow_ui.py).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
+        except mlflow.exceptions.MlflowException:  # another worker created it first
+            experiment = client.get_experiment_by_name(name)
+    if EXPERIMENT_KIND[0] not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+class MLflowRun:
+    """One MLflow run: params, per-step metrics, artifacts, and how it ended."""
+
+    def __init__(
+        self,
+        experiment: str,
+        run_name: str,
+        parent_run_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        client: MlflowClient | None = None,
+    ) -> None:
+        self.client = client or tracking_client()
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(
+            experiment_id(self.client, experiment), run_name=run_name, tags=all_tags
+        )
+        self.run_id = run.info.run_id
+
+    @classmethod
+    def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
+        """Continue an existing run (e.g. a resumed training): its curves go on unbroken."""
+        run = cls.__new__(cls)
+        run.client, run.run_id = client or tracking_client(), run_id
+        run.client.update_run(run_id, status="RUNNING")
+        return run
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow accepts at most 100 params a batch
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        # NaN is a legal metric value in MLflow and worth seeing; inf is stored as a large value.
+        now = int(1000 * time.time())
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, str(value))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
+
+    def log_training_config(self, cfg: DictConfig) -> None:
+        """Every resolved hyperparameter as a param, and the whole config as config.yaml."""
+        self.log_params(hyperparameters(cfg))
+        self.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+    def end(self, status: str = "FINISHED") -> None:
+        """status: FINISHED, FAILED or KILLED (MLflow's names)."""
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class MLflowReporter:
+    """The trainer's per-step reporter for a plain run: every step's metrics to MLflow."""
+
+    def __init__(self, run: MLflowRun) -> None:
+        self.run = run
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        self.run.log_metrics(step, metrics)

@@ -1,0 +1,241 @@
+"""The GRPO training loop, top to bottom.
+
+train(): validate -> load policy and task -> baseline eval -> steps -> final eval and save.
+Each step is the pipeline's (trainer/rl/pipelines.py: sync, stream or async), and every pipeline
+trains with the one shared step of trainer/rl/step.py.
+
+Simplifications, stated plainly: one reward per completion (no per-step rewards), one epoch
+over each batch, and the sampler's log-probs are the old policy of the importance ratio.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from omegaconf import DictConfig
+
+from trainer.base import metrics as metrics_names
+from trainer.base.progress import progress
+from trainer.env.rewards import score
+from trainer.env.tasks import Task, make_task
+from trainer.rl import rl_math
+from trainer.rl.health import HealthMonitor, default_rules
+from trainer.rl.pipelines import make_pipeline
+from trainer.rl.step import NonFiniteError, learner_tokens
+from trainer.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
+from trainer.run.lr import make_scheduler, resolve_lr
+from trainer.run.validation import validate
+from trainer.sampling.factory import make_sampler
+from trainer.sampling.model_source import load_policy
+from trainer.sampling.protocol import Sampler, SamplingSettings
+
+__all__ = ["NonFiniteError", "Reporter", "TrainResult", "evaluate", "train"]
+
+log = logging.getLogger(__name__)
+
+
+class Reporter(Protocol):
+    def report(self, step: int, metrics: dict[str, float]) -> None:
+        """Receive a step's metrics; raising stops training (e.g. a pruned sweep trial)."""
+
+
+@dataclass
+class TrainResult:
+    final_eval: float  # eval/reward/mean at the end
+    baseline_eval: float | None  # the same before any update (None when resumed)
+    output_dir: Path
+    # The final eval's reward per problem, by eval metric: the same problems in the same order
+    # for every run on a task, so two runs compare problem by problem (a paired comparison).
+    final_eval_rewards: dict[str, list[float]] = field(default_factory=dict)
+
+
+def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
+    for warning in validate(cfg):
+        log.warning(warning)
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    policy = load_policy(cfg)
+    task = make_task(cfg.task)
+    lr = resolve_lr(cfg, policy.model.config.hidden_size)
+    # fused: one kernel for all parameters instead of a dozen ops each (0.36 vs 0.98 ms a step)
+    fused = policy.device.type in ("cpu", "cuda")
+    optimizer = torch.optim.AdamW(
+        policy.trainable_parameters(), lr=lr, weight_decay=0.0, fused=fused or None
+    )
+    scheduler = make_scheduler(cfg, optimizer)
+    sampler = make_sampler(cfg.sampler.name, policy, cfg)
+    settings = SamplingSettings.from_config(cfg)
+
+    start_step, baseline = 0, None
+    # The rules a sweep prunes by: a single run warns at each rule's first breach, never stops.
+    health, warned = HealthMonitor(default_rules(cfg.kl_threshold)), set()
+    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
+    if checkpoint is not None:
+        start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
+        log.info("Resumed from %s (step %d)", checkpoint, start_step)
+    else:
+        eval_metrics, _ = evaluate(sampler, task, settings, cfg)
+        baseline = eval_metrics[metrics_names.EVAL_REWARD]
+        advice = baseline_advice(
+            baseline,
+            real_model=cfg.model.path is not None,
+            template=sampler.renderer.template_state(),
+            rewards=list(getattr(getattr(task, "rewards", None), "names", [])),
+            truncated=eval_metrics[metrics_names.EVAL_TRUNCATED],
+            max_tokens=cfg.max_tokens,
+        )
+        if advice:
+            log.warning(advice)
+        health.check(0, eval_metrics)
+        _report(reporter, 0, eval_metrics)
+
+    log.info(
+        "Training %d steps at lr=%.3g, %d rollouts a step, learner micro-batches of at most "
+        "%d tokens",
+        cfg.max_steps,
+        lr,
+        cfg.batch_size * cfg.group_size,
+        learner_tokens(cfg, policy.model.config),
+    )
+    metrics: dict[str, float] = {}
+    last_eval, per_problem = baseline, {}
+    pipeline = make_pipeline(cfg, policy, sampler, task, optimizer, rng, settings)
+    bar = progress(range(start_step + 1, cfg.max_steps + 1), "grpo", unit="step")
+    try:
+        for step in bar:
+            metrics = pipeline.step(step)
+            scheduler.step()
+            if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
+                eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
+                metrics.update(eval_metrics)
+                last_eval = eval_metrics[metrics_names.EVAL_REWARD]
+            for breach in health.breaches(step, metrics):
+                if breach.rule not in warned:
+                    warned.add(breach.rule)
+                    log.warning("health rule %s (a sweep would prune this run here)", breach)
+            bar.set_postfix(  # shown at the bar's next redraw: a log gets one every few seconds
+                reward=f"{metrics[metrics_names.REWARD]:.2f}",
+                eval="-" if last_eval is None else f"{last_eval:.2f}",
+                **shown_kl(metrics),
+                refresh=False,
+            )
+            _report(reporter, step, metrics)  # first, so a sweep sees the values and says why
+            for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):
+                if not math.isfinite(metrics[name]):
+                    raise NonFiniteError(f"{name}={metrics[name]} at step {step}; lower lr")
+            if cfg.save_every and step % cfg.save_every == 0:
+                save_checkpoint(cfg.output_dir, step, policy, optimizer, scheduler, rng)
+    finally:
+        pipeline.close()
+        bar.close()
+    if start_step >= cfg.max_steps:  # resumed from the last step's checkpoint: its result is
+        # the final eval, which a run lost after that checkpoint never got to record
+        eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
+        last_eval = eval_metrics[metrics_names.EVAL_REWARD]
+        _report(reporter, cfg.max_steps, eval_metrics)
+    save_final(cfg.output_dir, policy, cfg)
+    return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem)
+
+
+@torch.no_grad()
+def evaluate(
+    sampler: Sampler, task: Task, settings: SamplingSettings, cfg: DictConfig
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Held-out reward with its standard error over problems, sampled and greedy.
+
+    Sampled: `eval_samples` completions per problem, a problem's reward their mean. Greedy
+    (`eval_greedy`): one argmax completion per problem, a steadier signal on the same weights.
+    Sampling runs on a forked RNG seeded with the run's seed: every eval draws the same random
+    numbers (so evals differ only by the weights), and training's random stream is untouched,
+    so how often one evaluates never changes what is trained.
+    Returns (metrics, per-problem rewards by metric).
+    """
+    problems = task.eval_problems()
+    prompts = [p.prompt for p in problems for _ in range(cfg.eval_samples)]
+    devices = list(range(torch.cuda.device_count()))
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(cfg.seed)
+        rollouts = sampler.sample(prompts, settings)
+    k = cfg.eval_samples
+    scored = [score(task, problems[i // k], r.text, r.finished) for i, r in enumerate(rollouts)]
+    rewards = [total for total, _ in scored]
+    per_problem = {
+        metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
+    }
+    if cfg.eval_greedy:
+        greedy = sampler.sample([p.prompt for p in problems], replace(settings, greedy=True))
+        per_problem[metrics_names.EVAL_GREEDY] = [
+            score(task, p, r.text, r.finished)[0] for p, r in zip(problems, greedy, strict=True)
+        ]
+    metrics: dict[str, float] = {
+        metrics_names.EVAL_TRUNCATED: sum(not r.finished for r in rollouts) / len(rollouts)
+    }
+    for name in dict.fromkeys(name for _, parts in scored for name in parts):
+        part = sum(parts[name] for _, parts in scored) / len(scored)
+        metrics[metrics_names.eval_reward_part(name)] = part
+    for name, values in per_problem.items():
+        metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
+    return metrics, per_problem
+
+
+def baseline_advice(
+    baseline: float,
+    real_model: bool,
+    template: str,
+    rewards: list[str],
+    truncated: float,
+    max_tokens: int,
+) -> str | None:
+    """The warning a baseline eval calls for, or None: at 0% with a real model, the likely
+    causes (the prompt's rendering, the reward, max_tokens); at 80%+, little left to learn.
+    template: "applied", "off" (the tokenizer has one, task.chat_template=false) or "none"."""
+    if baseline >= 0.8:
+        return f"Baseline eval reward is {baseline:.0%}: little left to learn, use harder problems"
+    if baseline > 0.0:
+        return None
+    causes = []
+    if real_model and template == "off":
+        causes.append(
+            "the chat template is off (task.chat_template=false) though the tokenizer has one: "
+            "an instruct model given a bare prompt often ends at once"
+        )
+    if real_model and template == "none":
+        causes.append(
+            "the tokenizer has no chat template: a base model needs a prompt it can continue"
+        )
+    if truncated >= 0.5:
+        causes.append(
+            f"{truncated:.0%} of the completions hit max_tokens={max_tokens} before ending: "
+            "raise max_tokens"
+        )
+    if real_model and "exact_match" in rewards:
+        causes.append(
+            "the reward exact_match wants the completion to be the answer alone, and a chat "
+            "model writes sentences: try task.rewards=[last_number] (or boxed, math_verify)"
+        )
+    if not causes:
+        causes.append("the task is likely too hard for this model")
+    return "Baseline eval reward is 0%: " + "; ".join(causes)
+
+
+def shown_kl(metrics: dict[str, float]) -> dict[str, str]:
+    """The progress bar's KL: the post-update KL the health rules read, else the sampler-vs-
+    learner KL (compute_post_kl=false), never a KL that was not measured."""
+    for name, label in (
+        (metrics_names.KL_PRE_POST_V2, "kl"),
+        (metrics_names.KL_SAMPLE_TRAIN_V2, "kl_sample"),
+    ):
+        if name in metrics:
+            return {label: f"{metrics[name]:.1e}"}
+    return {}
+
+
+def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
+    if reporter is not None:
+        reporter.report(step, metrics)

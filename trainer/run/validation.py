@@ -1,0 +1,198 @@
+"""Checks that run before any model is loaded: one clear line per problem.
+
+`validate` raises ConfigError naming the parameter, its value and the rule it breaks, and
+returns the warnings (legal but suspicious settings) for the caller to log. The sweeper runs
+it on every point of a search space before the first trial starts.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from trainer.base.errors import ConfigError
+from trainer.rl.losses import LOSSES
+from trainer.rl.pipeline_settings import check as pipeline_rules
+from trainer.rl.rl_math import SCALE_REWARDS
+from trainer.run.lr import LR_EXPONENTS, LR_SCHEDULES
+from trainer.sampling.protocol import SAMPLERS
+
+__all__ = ["ConfigError", "validate"]
+
+DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
+
+DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
+
+
+def _fail(name: str, value: Any, rule: str) -> None:
+    raise ConfigError(f"{name}={value!r}: {rule}")
+
+
+def _require(ok: bool, name: str, value: Any, rule: str) -> None:
+    if not ok:
+        _fail(name, value, rule)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate(cfg: DictConfig) -> list[str]:
+    """Raise ConfigError on the first impossible setting; return warnings for odd ones."""
+    warnings: list[str] = []
+    _check_sampling(cfg)
+    _check_batch(cfg)
+    _check_learner_memory(cfg)
+    _check_pipeline(cfg)
+    _check_optimisation(cfg, warnings)
+    _check_kl_and_loss(cfg, warnings)
+    _check_paths(cfg)
+    _check_task(cfg)
+    return warnings
+
+
+def _check_sampling(cfg: DictConfig) -> None:
+    t = cfg.temperature
+    _require(0 < t < 10, "temperature", t, "must be in (0, 10); 0.6-1.0 is typical")
+    _require(0 < cfg.top_p <= 1, "top_p", cfg.top_p, "must be in (0, 1]; 1.0 turns it off")
+    _require(cfg.top_k >= 0, "top_k", cfg.top_k, "must be >= 0; 0 turns it off")
+    _require(0 <= cfg.min_p < 1, "min_p", cfg.min_p, "must be in [0, 1); 0 turns it off")
+    rp = cfg.repetition_penalty
+    _require(rp > 0, "repetition_penalty", rp, "must be > 0; 1.0 turns it off")
+    _require(cfg.max_tokens >= 1, "max_tokens", cfg.max_tokens, "must be >= 1")
+    name = cfg.sampler.name
+    _require(name in SAMPLERS, "sampler.name", name, f"must be one of {SAMPLERS}")
+    tokens = cfg.sampler.batch_tokens
+    _require(tokens >= 1, "sampler.batch_tokens", tokens, "must be >= 1")
+
+
+def _check_batch(cfg: DictConfig) -> None:
+    _require(cfg.batch_size >= 1, "batch_size", cfg.batch_size, "must be >= 1")
+    _require(
+        cfg.group_size >= 2,
+        "group_size",
+        cfg.group_size,
+        "must be >= 2: advantages are centred within a group, so one rollout has no signal",
+    )
+    _require(cfg.num_substeps >= 1, "num_substeps", cfg.num_substeps, "must be >= 1")
+    _require(
+        cfg.batch_size % cfg.num_substeps == 0,
+        "num_substeps",
+        cfg.num_substeps,
+        f"batch_size={cfg.batch_size} must be divisible by num_substeps "
+        "(each minibatch holds whole groups)",
+    )
+    _require(cfg.max_steps >= 1, "max_steps", cfg.max_steps, "must be >= 1")
+    _require(cfg.eval_every >= 0, "eval_every", cfg.eval_every, "must be >= 0; 0: at the end")
+    _require(cfg.eval_samples >= 1, "eval_samples", cfg.eval_samples, "must be >= 1")
+    _require(cfg.save_every >= 0, "save_every", cfg.save_every, "must be >= 0; 0 turns it off")
+
+
+def _check_learner_memory(cfg: DictConfig) -> None:
+    tokens = cfg.learner_batch_tokens
+    _require(
+        tokens == "auto" or (_is_number(tokens) and tokens == int(tokens) and tokens >= 1),
+        "learner_batch_tokens",
+        tokens,
+        "must be auto or an integer >= 1 (the most tokens a learner micro-batch holds)",
+    )
+
+
+def _check_pipeline(cfg: DictConfig) -> None:
+    for ok, name, value, rule in pipeline_rules(cfg):
+        _require(ok, name, value, rule)
+
+
+def _check_optimisation(cfg: DictConfig, warnings: list[str]) -> None:
+    lr = cfg.lr
+    if lr == "auto":
+        family = cfg.model.family
+        _require(
+            family in LR_EXPONENTS,
+            "model.family",
+            family,
+            f"lr=auto needs a calibrated family: one of {sorted(LR_EXPONENTS)}",
+        )
+    else:
+        _require(_is_number(lr), "lr", lr, 'must be a number or "auto"')
+        _require(lr > 0, "lr", lr, "must be > 0")
+        if not 1e-7 <= lr <= 1:
+            warnings.append(f"lr={lr} is outside [1e-7, 1]: almost certainly too small or large")
+    _require(
+        cfg.lr_reference_batch_size >= 1,
+        "lr_reference_batch_size",
+        cfg.lr_reference_batch_size,
+        "must be >= 1",
+    )
+    sched = cfg.lr_schedule
+    _require(sched in LR_SCHEDULES, "lr_schedule", sched, f"must be one of {tuple(LR_SCHEDULES)}")
+    _require(cfg.warmup_steps >= 0, "warmup_steps", cfg.warmup_steps, "must be >= 0")
+    _require(cfg.max_grad_norm >= 0, "max_grad_norm", cfg.max_grad_norm, "must be >= 0")
+    _require(cfg.lora_rank >= 0, "lora_rank", cfg.lora_rank, "must be >= 0; 0: full fine-tune")
+    _require(cfg.lora_alpha > 0, "lora_alpha", cfg.lora_alpha, "must be > 0")
+    _require(0 <= cfg.lora_dropout < 1, "lora_dropout", cfg.lora_dropout, "must be in [0, 1)")
+    dtype = cfg.model.dtype
+    _require(dtype in DTYPES, "model.dtype", dtype, f"must be one of {DTYPES}")
+
+
+def _check_kl_and_loss(cfg: DictConfig, warnings: list[str]) -> None:
+    coef = cfg.kl_penalty_coef
+    _require(coef >= 0, "kl_penalty_coef", coef, "must be >= 0; 0 turns the penalty off")
+    gamma = cfg.kl_discount_factor
+    _require(0 <= gamma <= 1, "kl_discount_factor", gamma, "must be in [0, 1]")
+    _require(cfg.kl_threshold > 0, "kl_threshold", cfg.kl_threshold, "must be > 0")
+    scale = cfg.scale_rewards
+    _require(scale in SCALE_REWARDS, "scale_rewards", scale, f"must be one of {SCALE_REWARDS}")
+    name = cfg.loss.name
+    _require(name in LOSSES, "loss.name", name, f"must be one of {sorted(LOSSES)}")
+    low, high = cfg.loss.clip_low, cfg.loss.clip_high
+    _require(0 < low <= 1, "loss.clip_low", low, "must be in (0, 1]")
+    _require(high >= 1, "loss.clip_high", high, "must be >= 1")
+    if name == "dapo":
+        for key, recommended in DAPO_RECOMMENDED.items():
+            value = cfg.loss[key.split(".")[1]]
+            if value != recommended:
+                warnings.append(f"{key}={value}: DAPO recommends {recommended}")
+        if coef != 0:
+            warnings.append(f"kl_penalty_coef={coef}: DAPO recommends 0 (no KL term)")
+
+
+def _check_paths(cfg: DictConfig) -> None:
+    path = cfg.model.path
+    if path is not None:
+        _require(
+            Path(path).expanduser().is_dir(),
+            "model.path",
+            path,
+            "must be a Hugging Face model directory that exists",
+        )
+    task_path = cfg.task.get("path") if isinstance(cfg.task, DictConfig) else None
+    if task_path is not None:
+        _require(
+            Path(task_path).expanduser().exists(),
+            "task.path",
+            task_path,
+            "no such file or directory",
+        )
+
+
+def _check_task(cfg: DictConfig) -> None:
+    """Build the task once, so a bad data file, field, message or reward fails here and not
+    inside a trial."""
+    from hydra.errors import InstantiationException
+
+    from trainer.env.tasks import make_task
+
+    try:
+        make_task(cfg.task)
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        target = cfg.task.get("_target_")
+        raise ConfigError(
+            f"task._target_={target!r}: could not build the task ({cause or e})"
+        ) from None

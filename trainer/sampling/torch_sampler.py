@@ -1,0 +1,176 @@
+"""KV-cached decoding on the policy's inference copy (LoRA merged), in this process.
+
+`TorchSampler` stops at end-of-sequence, works on CPU and GPU, and records each token's
+log-prob under the tempered policy (trainer/sampling/protocol.py says which). The prompts' shared
+prefill is trainer/model/kv_cache.py's, which the learner uses too (trainer/model/policy.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers.generation import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from trainer.env.prompts import Prompt, PromptRenderer
+from trainer.model.kv_cache import left_pad, prefill_shared
+from trainer.model.rollout import Rollout
+from trainer.sampling.protocol import SamplingSettings
+
+if TYPE_CHECKING:
+    from trainer.model.policy import Policy
+
+
+def logits_warpers(s: SamplingSettings) -> LogitsProcessorList:
+    """transformers' own processors for the settings that shape which token is drawn."""
+    warpers = LogitsProcessorList()
+    if s.repetition_penalty != 1.0:
+        warpers.append(RepetitionPenaltyLogitsProcessor(s.repetition_penalty))
+    if s.top_k:
+        warpers.append(TopKLogitsWarper(s.top_k))
+    if s.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(s.top_p))
+    if s.min_p:
+        warpers.append(MinPLogitsWarper(s.min_p))
+    return warpers
+
+
+class TorchSampler:
+    """KV-cached decoding on `Policy.inference()` (LoRA merged), in this process.
+
+    A lean loop instead of `generate`: one forward a token, the last position's logits only,
+    stops once every row has ended, and no per-token Python work per row.
+    """
+
+    def __init__(
+        self, policy: Policy, batch_tokens: int = 8192, renderer: PromptRenderer | None = None
+    ) -> None:
+        self.policy = policy
+        self.batch_tokens = batch_tokens  # prompt + completion tokens decoded at once (memory)
+        self.renderer = renderer or PromptRenderer(policy.tokenizer)
+
+    def sync_weights(self) -> None:
+        """Nothing to do: the inference copy re-merges whenever the adapter changed."""
+
+    @torch.inference_mode()  # less per-op bookkeeping than no_grad; only lists leave it
+    def sample(self, prompts: list[Prompt], settings: SamplingSettings) -> list[Rollout]:
+        ids_N = [tuple(self.renderer(prompt)) for prompt in prompts]  # rendered once, cached
+        row_of = {ids: d for d, ids in enumerate(dict.fromkeys(ids_N))}
+        ids_D = [list(ids) for ids in row_of]
+        rows_N = [row_of[ids] for ids in ids_N]
+        per_chunk = max(1, self.batch_tokens // (max(map(len, ids_D)) + settings.max_tokens))
+        rollouts: list[Rollout] = []
+        for start in range(0, len(prompts), per_chunk):
+            rollouts += self._sample_chunk(ids_D, rows_N[start : start + per_chunk], settings)
+        return rollouts
+
+    def _sample_chunk(
+        self, ids_D: list[list[int]], rows_N: list[int], settings: SamplingSettings
+    ) -> list[Rollout]:
+        """Rollouts for rows_N (indices into the distinct prompts ids_D), each distinct prompt
+        of the chunk prefilled once."""
+        tok, device = self.policy.tokenizer, self.policy.device
+        used = list(dict.fromkeys(rows_N))
+        local = {d: i for i, d in enumerate(used)}
+        prompt_rows_N = torch.tensor([local[d] for d in rows_N], device=device)
+        input_ids_DP, attention_mask_DP = left_pad([ids_D[d] for d in used], tok.pad_token_id)
+        with self.policy.inference() as model:
+            tokens_NT, logp_NT = decode(
+                model,
+                input_ids_DP.to(device),
+                attention_mask_DP.to(device),
+                prompt_rows_N,
+                settings,
+                tok.eos_token_id,
+                tok.pad_token_id,
+            )
+        tokens, logps = tokens_NT.tolist(), logp_NT.tolist()
+        eos = tok.eos_token_id
+        lengths = [row.index(eos) + 1 if eos in row else len(row) for row in tokens]
+        completions = [row[:n] for row, n in zip(tokens, lengths, strict=True)]
+        texts = tok.batch_decode(completions, skip_special_tokens=True)
+        return [
+            Rollout(ids_D[d], completion, row[:n], eos in completion, text)
+            for d, completion, row, n, text in zip(
+                rows_N, completions, logps, lengths, texts, strict=True
+            )
+        ]
+
+
+# From this vocabulary width on, a token is drawn by inverse CDF (a cumulative sum and a binary
+# search): on a CPU torch.multinomial is many times slower over a real model's vocabulary
+# (bench/bench_draw.py, BENCHMARKS.md). Narrower vocabularies (the tiny model's 18) keep
+# multinomial, whose draws every recorded tiny-model result was made with.
+INVERSE_CDF_VOCAB = 1024
+
+
+def draw(probs_NV: torch.Tensor) -> torch.Tensor:
+    """One token a row, drawn with the given probabilities."""
+    if probs_NV.shape[-1] < INVERSE_CDF_VOCAB:
+        return torch.multinomial(probs_NV, 1)[:, 0]
+    cdf_NV = probs_NV.double().cumsum(-1)  # float64: the tail's mass is not rounded away
+    target_N1 = torch.rand(len(cdf_NV), 1, dtype=cdf_NV.dtype, device=cdf_NV.device)
+    # right=True: the first token whose cumulative mass exceeds the target, never one of zero
+    # probability (a token cut by top-k/top-p adds nothing to the sum)
+    token_N = torch.searchsorted(cdf_NV, target_N1 * cdf_NV[:, -1:], right=True)[:, 0]
+    return token_N.clamp_max(probs_NV.shape[-1] - 1)  # a target of exactly the total mass
+
+
+def decode(
+    model: torch.nn.Module,
+    input_ids_DP: torch.Tensor,
+    attention_mask_DP: torch.Tensor,
+    prompt_rows_N: torch.Tensor,
+    settings: SamplingSettings,
+    eos_id: int,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample up to max_tokens tokens after left-padded prompts, with a KV cache.
+
+    The D distinct prompts are run once; row n of the output continues prompt prompt_rows_N[n]
+    (a group's G rollouts share their prompt's cache instead of recomputing it G times).
+
+    Returns the tokens (pad after end-of-sequence) and each token's log-prob under the
+    tempered policy, log_softmax(logits / temperature), whatever top_p/top_k/min_p drew it.
+    """
+    warpers = logits_warpers(settings)
+    logits_NV, cache, position_N1, padded = prefill_shared(
+        model, input_ids_DP, attention_mask_DP, prompt_rows_N
+    )
+    mask_NL = attention_mask_DP[prompt_rows_N]
+    seen_NL = input_ids_DP[prompt_rows_N]  # what the repetition penalty looks at
+    ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DP.device)
+    tokens, logps = [], []
+    for t in range(settings.max_tokens):
+        scores_NV = logits_NV.float() / settings.temperature
+        logp_NV = torch.log_softmax(scores_NV, dim=-1)
+        if settings.greedy:
+            token_N = scores_NV.argmax(-1)
+        else:
+            drawn_NV = warpers(seen_NL, scores_NV) if warpers else scores_NV
+            token_N = draw(torch.softmax(drawn_NV, dim=-1))
+        token_N = token_N.masked_fill(ended_N, pad_id)
+        tokens.append(token_N)
+        logps.append(logp_NV.gather(-1, token_N[:, None])[:, 0])
+        ended_N = ended_N | (token_N == eos_id)
+        if t == settings.max_tokens - 1 or bool(ended_N.all()):
+            break
+        if padded:
+            mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)
+        position_N1 = position_N1 + 1
+        if warpers:
+            seen_NL = torch.cat([seen_NL, token_N[:, None]], dim=1)
+        logits_NV = model(
+            input_ids=token_N[:, None],
+            attention_mask=mask_NL if padded else None,
+            position_ids=position_N1,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits[:, -1]
+    return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()
