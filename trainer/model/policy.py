@@ -74,8 +74,8 @@ class Policy:
     @contextlib.contextmanager
     def learner(self) -> Iterator[torch.nn.Module]:
         """The module the learner differentiates, in the model's own train/eval mode: the
-        merged copy, whose layers pass the gradient on to the adapter (trainer/model/merged_lora.py),
-        when LoRA is merged and plain; else the model itself."""
+        merged copy, whose layers pass the gradient on to the adapter
+        (trainer/model/merged_lora.py), when LoRA is merged and plain; else the model itself."""
         merged = self._merged_copy()
         if merged is None or not merged.trainable:
             yield self.model

@@ -17,5 +17,5 @@ class Rollout:
     sampler_logps: list[float]  # one per completion token
     finished: bool  # ended with end-of-sequence (False: truncated at max_tokens)
     text: str  # the completion decoded, without special tokens
-    # Each reward's score by name, set when scored (trainer/env/rewards.py `score`); logged per name.
+    # Each reward's score by name, logged per name; set by `score` (trainer/env/rewards.py).
     reward_parts: dict[str, float] = field(default_factory=dict)
