@@ -21,6 +21,13 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def database_of(study: optuna.Study) -> BaseStorage:
+    """The RDB storage under the in-memory cache Optuna wraps it in (`_CachedStorage`, which
+    forwards the public calls but has none of RDBStorage's own attributes)."""
+    storage = storage_of(study)
+    return getattr(storage, "_backend", storage)
+
+
 def trial_id(trial: Trial | FrozenTrial) -> int:
     """The trial's id in its storage (what a job in another process opens it by)."""
     return trial._trial_id

@@ -4,7 +4,6 @@ docs/records.md (sqlite files in tmp_path), no mocks.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from conftest import sweep_env
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -334,7 +334,7 @@ def test_best_renders_the_tuned_yaml_with_the_sweepers_renderer(
 
 @pytest.mark.slow
 def test_real_sweep_end_to_end(tmp_path: Path) -> None:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = sweep_env(tmp_path)
     sweep = [
         sys.executable,
         "-m",

@@ -2,11 +2,11 @@
 the message shown there, and leaves no study and no MLflow store behind."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from conftest import sweep_env
 
 # (extra environment, sweep arguments, the line the user reads)
 ROWS = [
@@ -57,7 +57,7 @@ def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
     for name, path in files.items():
         args = [a.replace(name, str(path)) for a in args]
         message = message.replace(name, str(path))
-    environment = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", **env}
+    environment = {**sweep_env(tmp_path), **env}
     done = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=180,
@@ -79,7 +79,7 @@ def test_a_bad_input_fails_before_mlflow_peft_transformers_and_the_trainer_load(
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", *cli, "lr=0"],
         cwd=tmp_path, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        env=sweep_env(tmp_path),
     )  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == "error: lr=0: must be > 0"

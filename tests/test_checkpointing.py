@@ -3,8 +3,8 @@ backward) and through the shared prompt cache, which transformers' checkpointing
 
 import pytest
 import torch
+from conftest import compose_conf
 
-from tests.conftest import compose_conf
 from trainer.model import packing
 from trainer.model.policy import collate, token_logprobs
 from trainer.sampling.model_source import load_policy

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
@@ -231,7 +232,7 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
          "task._target_=killer.KillsItsWorker", "max_steps=2", *TINY,
          "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1"],
         cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        env={**sweep_env(tmp_path),
              "PYTHONPATH": _with_path(tmp_path)},
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

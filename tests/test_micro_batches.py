@@ -53,7 +53,7 @@ def test_pieces_are_consecutive_runs_under_the_budget_and_may_split_a_group():
 @pytest.fixture(scope="module")
 def float64_rollouts():
     """A float64 tiny policy with a moved adapter, and GROUP rollouts of each prompt from it."""
-    from tests.conftest import compose_conf
+    from conftest import compose_conf
 
     torch.manual_seed(0)
     policy = load_policy(compose_conf("output_dir=/tmp/unused", "max_tokens=12"))

@@ -5,7 +5,6 @@ checkpoint, continuing the same MLflow run."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sweep, study_in
+from conftest import run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -31,7 +30,7 @@ def _start(cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "sweeper", "-m", *ARGS],
         cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"},
+        env=sweep_env(cwd),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -106,7 +105,7 @@ def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(t
     worker = subprocess.Popen(
         [sys.executable, "-m", "sweeper", "-m", *args],
         cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        env=sweep_env(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -26,7 +26,7 @@ MESSAGES = [
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tmp_path_factory):
-    from tests.conftest import compose_conf
+    from conftest import compose_conf
 
     return AutoTokenizer.from_pretrained(build_tiny_model(compose_conf().model.tiny))
 

@@ -5,13 +5,12 @@ the largest lr leads and is separated from every other after 2 seeds each (zero 
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
 import sys
 
 import pytest
-from conftest import run_sweep, study_in
+from conftest import run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -37,7 +36,7 @@ def _training_runs(cwd):
 
 def _start(cwd, args, **pipes) -> subprocess.Popen:
     """`python -m sweeper -m <args>` started in cwd (its own MLflow store), not awaited."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
+    env = sweep_env(cwd)
     command = [sys.executable, "-m", "sweeper", "-m", *args]
     return subprocess.Popen(command, cwd=cwd, env=env, **{"stdout": subprocess.PIPE, **pipes})
 

@@ -13,7 +13,7 @@ from collections import Counter
 
 import optuna
 import pytest
-from conftest import free_port
+from conftest import free_port, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
@@ -123,7 +123,9 @@ def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  
     )  # fmt: skip  (trials long enough that no worker takes them all)
     study = optuna.load_study(study_name="shared-tpe", storage=storage)
     finished = [t for t in study.trials if t.state.is_finished()]
-    assert len(finished) == 6  # one budget: not 6 a worker
+    assert len(finished) == 6, [  # one budget: not 6 a worker
+        (t.number, t.state.name, t.user_attrs) for t in study.trials
+    ]
     assert all(1e-4 <= t.params["lr"] <= 1e-2 for t in finished)
     takers = [out.count(" started") for out in outputs]
     assert sum(n > 0 for n in takers) >= 2, takers  # the budget was shared, not one worker's
@@ -133,7 +135,7 @@ def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  
 def test_submitit_launcher_runs_trials_as_separate_jobs(tmp_path):
     # submitit_local pickles each trial into its own process, exactly as submitit_slurm
     # submits it to a cluster; the trial reaches its study through the storage URL.
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    env = sweep_env(tmp_path)
     command = [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=submitit_local",
                "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=submitit",
                "group_size=2,4", "lr=2e-3", *TINY]  # fmt: skip

@@ -10,11 +10,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweeper import optuna_adapter as oa
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.space import parse_space
 from sweeper.study import slots
 from sweeper.study.recovery import fail_stale_trials
-from sweeper.study.storage import exclusive, open_storage
+from sweeper.study.storage import Heartbeat, exclusive, open_storage
 
 
 @pytest.fixture
@@ -94,6 +95,28 @@ def _study_with_a_stale_trial(url):
     storage.record_heartbeat(trial._trial_id)  # ...then its sweeper dies
     time.sleep(2.5)
     return study, space, search_sampler
+
+
+def test_a_live_sweepers_heartbeat_keeps_its_long_trial_from_going_stale(url):
+    """A trial running for several grace periods stays its worker's while the worker's
+    heartbeat thread runs (it once failed on every beat, silently, so any trial longer than
+    the grace period was taken over by another worker), and goes stale once the beats stop."""
+    space = parse_space({}, ["group_size=2,4"])
+    search_sampler = choose_search_sampler("auto", space, 10, None)
+    study = optuna.create_study(
+        storage=open_storage(url, heartbeat_interval=1, grace_period=2),
+        study_name="s",
+        sampler=search_sampler.optuna_sampler,
+    )
+    slots.fill(study, url, space, search_sampler)
+    trial_id = slots.take(study, url, space.distributions)._trial_id
+    with Heartbeat(study, lambda: [trial_id]) as heartbeat:
+        heartbeat.beat([trial_id])
+        for _ in range(3):  # 6 s: three grace periods
+            time.sleep(2)
+            assert oa.stale_trial_ids(study) == []
+    time.sleep(3)
+    assert oa.stale_trial_ids(study) == [trial_id]
 
 
 def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(url):

@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import sweep_env
 from mlflow.tracking import MlflowClient
 
 
 def run_trainer(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    env = sweep_env(tmp_path)
     command = [sys.executable, "-m", "trainer", f"hydra.run.dir={tmp_path}/run", *overrides]
     return subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300

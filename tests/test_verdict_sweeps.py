@@ -4,13 +4,12 @@ does nothing are called a tie."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
 
 import pytest
-from conftest import run_sweep, study_in
+from conftest import run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -45,7 +44,7 @@ def test_seeds_are_replicates_with_their_own_runs_and_a_mean(tmp_path):
     report = subprocess.run(
         [sys.executable, "-m", "analysis", "report"],
         cwd=tmp_path,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"},
+        env=sweep_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=300,

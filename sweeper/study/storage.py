@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
+from sqlalchemy.exc import SQLAlchemyError
 
 from analysis.records import absolute_url, sqlite_path
 from sweeper import SweepError
@@ -180,7 +181,9 @@ class Heartbeat:
                 oa.record_heartbeat(self.study, trial_id)
 
     def _beat(self) -> None:
-        storage = oa.storage_of(self.study)
+        # The RDB storage itself: its unretried method needs RDBStorage's session, which the
+        # study's cache lacks (called on the cache, every beat failed and was swallowed).
+        storage = oa.database_of(self.study)
         pause = self.interval
         while not self._stop.wait(pause):
             try:
@@ -189,8 +192,8 @@ class Heartbeat:
                     # after the sweep's last line.
                     RDBStorage.record_heartbeat(storage, trial_id)
                 pause = self.interval
-            except Exception:  # a busy (sqlite locked) or lost database: beat again in a
-                # second, not an interval later, so busy moments never add up to the grace period
+            except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
+                # a second, not an interval later, so busy moments never add up to the grace period
                 pause = min(BEAT_RETRY_S, self.interval)
 
 
