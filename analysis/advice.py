@@ -19,7 +19,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from analysis.load import StudyData, TrialRecord
 from analysis.records import StudyAttr
-from trainer.base.metrics import is_finite_number
+from trainer.base.metrics import GROUPS_ALL_BAD, GROUPS_ALL_GOOD, GROUPS_MIXED, is_finite_number
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
@@ -83,12 +83,12 @@ def below_baseline(t: TrialRecord, maximize: bool = True) -> bool:
 
 
 def scarce_signal(data: StudyData) -> Advice | None:
-    fracs = [_mean_metric(t, "groups/frac_mixed") for t in data.trials]
+    fracs = [_mean_metric(t, GROUPS_MIXED) for t in data.trials]
     fracs = [f for f in fracs if f is not None]
     if not fracs or mean(fracs) >= LOW_FRAC_MIXED:
         return None
-    good = _study_mean(data, "groups/frac_all_good")
-    bad = _study_mean(data, "groups/frac_all_bad")
+    good = _study_mean(data, GROUPS_ALL_GOOD)
+    bad = _study_mean(data, GROUPS_ALL_BAD)
     if good is not None and bad is not None and good != bad:
         side = "all correct (too easy)" if good > bad else "all wrong (too hard)"
         detail = f" Most constant groups are {side}."
@@ -96,7 +96,7 @@ def scarce_signal(data: StudyData) -> Advice | None:
         detail = ""
     return Advice(
         "Raise group_size, or change the task's difficulty",
-        f"On average only {mean(fracs):.0%} of groups had mixed rewards (groups/frac_mixed); "
+        f"On average only {mean(fracs):.0%} of groups had mixed rewards ({GROUPS_MIXED}); "
         f"a group whose rollouts all score the same gives zero advantage.{detail}",
     )
 

@@ -34,6 +34,9 @@ from trainer.base.errors import first_line
 from trainer.base.metrics import (
     ENTROPY,
     EVAL_REWARD,
+    GROUPS_ALL_BAD,
+    GROUPS_ALL_GOOD,
+    GROUPS_MIXED,
     KL_PRE_POST_V2,
     KL_SAMPLE_TRAIN_V2,
     REWARD,
@@ -43,7 +46,7 @@ DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
 # on-policy; sampler-vs-learner KL moves with substeps and stale (async) data.
 KL_METRICS = (KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2)
-GROUP_METRICS = ("groups/frac_mixed", "groups/frac_all_good", "groups/frac_all_bad")
+GROUP_METRICS = (GROUPS_MIXED, GROUPS_ALL_GOOD, GROUPS_ALL_BAD)
 
 History = list[tuple[int, float]]  # (step, value), sorted by step
 

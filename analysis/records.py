@@ -16,9 +16,11 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from trainer.base.config import TrainConfig
+
 SQLITE_PREFIX = "sqlite:///"
 DEFAULT_STORAGE = "sqlite:///sweeps.db"  # hydra.sweeper.storage's default
-DEFAULT_EXPERIMENT = "grpo"  # the training config's `experiment` default
+DEFAULT_EXPERIMENT = TrainConfig.experiment
 
 
 class Tag:

@@ -1,5 +1,6 @@
-"""Helpers shared by the tests: composing the real conf/, recording a run's metrics, and a
-free local port. Fixtures, so each test gets its own copy pointed at its own tmp_path."""
+"""Helpers shared by the tests: composing the real conf/, recording a run's metrics, a free
+local port, running a sweep in a folder of its own, and a policy's adapter and log-probs.
+Fixtures, so each test gets its own copy pointed at its own tmp_path."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 import trainer  # noqa: F401  (registers the config schemas before composing)
 import trainer.run.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
+from trainer.model.policy import collate, token_logprobs
+from trainer.rl import rl_math
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -112,3 +116,22 @@ def study_in(cwd: Path) -> optuna.Study:
     storage = study_uri(cwd)
     (name,) = optuna.get_all_study_names(storage)
     return optuna.load_study(study_name=name, storage=storage)
+
+
+PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
+
+
+def moved_adapter(policy, seed: int = 0) -> None:
+    """A trained-looking adapter: LoRA B starts at zero, which would hide a wrong merge."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+
+
+def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
+    """The sampler's log-probs against the learner's, as the training step computes them."""
+    batch = collate(rollouts, policy.tokenizer.pad_token_id)
+    with policy.learner() as model:
+        learner_NT, _ = token_logprobs(model, batch, temperature)
+    return rl_math.kl_sample_train(batch.sampler_logp_NT, learner_NT.detach(), batch.mask_NT)[1]

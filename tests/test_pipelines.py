@@ -15,7 +15,8 @@ from conftest import run_sweep, study_in
 from trainer.base import metrics
 from trainer.env.tasks import AdditionTask
 from trainer.rl import step
-from trainer.rl.pipelines import split_by_age, staleness
+from trainer.rl.pipeline_settings import PIPELINES
+from trainer.rl.pipelines import PIPELINE_CLASSES, split_by_age, staleness
 from trainer.rl.step import (
     Groups,
     backward,
@@ -168,3 +169,7 @@ def test_a_sweep_compares_the_pipelines(tmp_path):
     trials = {t.params["pipeline"]: t for t in study_in(tmp_path).trials}
     assert set(trials) == {"sync", "stream", "async"}
     assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials.values())
+
+
+def test_every_pipeline_name_validation_accepts_has_a_class_and_no_other():
+    assert list(PIPELINE_CLASSES) == list(PIPELINES)

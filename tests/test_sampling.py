@@ -1,37 +1,19 @@
-"""The torch sampler: LoRA merged for sampling, a lean KV-cached loop, and log-probs that stay
-the learner's on-policy (kl_sample_train ~ 0), whatever the speed-ups."""
+"""The torch sampler: a lean KV-cached loop, its draw, and log-probs that stay the learner's
+on-policy (kl_sample_train ~ 0), whatever the speed-ups. The merged LoRA it samples with is
+tested in tests/test_merged_lora.py."""
 
 import pytest
 import torch
+from conftest import PROMPTS, learner_kl, moved_adapter
 
 from trainer.base import metrics
 from trainer.model import packing
-from trainer.model.merged_lora import MergedLoRA
-from trainer.model.policy import Policy, collate, token_logprobs
+from trainer.model.policy import collate, token_logprobs
 from trainer.model.rollout import Rollout
-from trainer.rl import rl_math
 from trainer.rl.step import optimizer_step
 from trainer.sampling.model_source import load_policy
 from trainer.sampling.protocol import SamplingSettings
 from trainer.sampling.torch_sampler import INVERSE_CDF_VOCAB, TorchSampler, draw
-
-PROMPTS = ["12+34=", "7+45=", "99+1=", "3+3="]
-
-
-def moved_adapter(policy, seed: int = 0) -> None:
-    """A trained-looking adapter: LoRA B starts at zero, which would hide a wrong merge."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in policy.trainable_parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-
-
-def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
-    """The sampler's log-probs against the learner's, as the training step computes them."""
-    batch = collate(rollouts, policy.tokenizer.pad_token_id)
-    with policy.learner() as model:
-        learner_NT, _ = token_logprobs(model, batch, temperature)
-    return rl_math.kl_sample_train(batch.sampler_logp_NT, learner_NT.detach(), batch.mask_NT)[1]
 
 
 def test_collate_pads_prompts_left_and_completions_right_each_prompt_once():
@@ -50,146 +32,6 @@ def test_collate_pads_prompts_left_and_completions_right_each_prompt_once():
     assert batch.finished_N.tolist() == [1, 0, 1]
     assert batch.completion_ids_NT.dtype == batch.prompt_ids_DP.dtype == torch.long
     assert batch.mask_NT.dtype == batch.sampler_logp_NT.dtype == torch.float32
-
-
-def test_the_merged_copy_gives_the_peft_models_log_probs_and_follows_updates(composed):
-    torch.manual_seed(0)  # LoRA's initialisation draws from it too
-    policy = load_policy(composed())
-    base_before = {n: p.clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
-    rollouts = TorchSampler(policy).sample(PROMPTS * 4, SamplingSettings())
-    batch = collate(rollouts, policy.tokenizer.pad_token_id)
-    for seed in (0, 1):  # the second change must be picked up too: no stale merge
-        moved_adapter(policy, seed)
-        with torch.no_grad():
-            peft_NT, _ = token_logprobs(policy.model, batch, 1.0)
-            with policy.inference() as merged:
-                merged_NT, _ = token_logprobs(merged, batch, 1.0)
-        assert merged is not policy.model
-        mask = batch.mask_NT.bool()
-        # float32 rounding of W + s * B @ A against the three matmuls' sum, grown through the
-        # layers by this strongly moved adapter: 1.0e-4 at seed 1, other inits up to 2.5e-4
-        assert (merged_NT - peft_NT)[mask].abs().max() < 5e-4
-    # The merge is out of place: the base weights (the reference policy) are bit for bit intact.
-    for name, param in policy.model.named_parameters():
-        if not param.requires_grad:
-            assert torch.equal(param, base_before[name]), name
-
-
-def tiny_causal_lm(kind: str, dropout: float) -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    if kind == "gpt2":
-        drop = {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
-        return GPT2LMHeadModel(GPT2Config(vocab_size=19, n_embd=32, n_layer=1, n_head=2, **drop))
-    return LlamaForCausalLM(
-        LlamaConfig(vocab_size=19, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
-    )
-
-
-def moved_peft_model(kind: str, dropout: float = 0.0, lora_dropout: float = 0.0):
-    from peft import LoraConfig, get_peft_model
-
-    torch.manual_seed(0)
-    lora = LoraConfig(
-        r=4,
-        lora_alpha=8,
-        lora_dropout=lora_dropout,
-        target_modules="all-linear",
-        fan_in_fan_out=kind == "gpt2",
-    )
-    peft_model = get_peft_model(tiny_causal_lm(kind, dropout), lora)
-    moved_adapter(Policy(peft_model, None, torch.device("cpu")))
-    return peft_model
-
-
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_merge_adds_peft_own_delta_to_linear_and_conv1d_weights(kind):
-    # GPT-2's Conv1D stores its weight as in x out, so PEFT transposes its delta there.
-    merged = MergedLoRA(moved_peft_model(kind))
-    assert merged.lora_layers
-    model = merged.current()
-    for name, layer in merged.lora_layers.items():
-        expected = layer.base_layer.weight + layer.get_delta_weight("default")
-        assert torch.allclose(model.get_submodule(name).weight, expected, atol=1e-6), name
-
-
-@pytest.mark.parametrize("path", ["packed", "shared-cache"])
-@pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_learner_on_the_merged_copy_gives_peft_log_probs_and_gradients(kind, path, monkeypatch):
-    # The learner differentiates the merged copy; its layers must hand the adapter the
-    # gradient PEFT's own forward would, for nn.Linear and GPT-2's Conv1D alike.
-    monkeypatch.setattr(packing, "MAX_ROW_TOKENS", 10_000 if path == "packed" else 0)
-    peft_model = moved_peft_model(kind)
-    policy = Policy(peft_model, None, torch.device("cpu"))
-    generator = torch.Generator().manual_seed(1)
-    rollouts = [
-        Rollout(
-            torch.randint(3, 19, (2 + n % 3,), generator=generator).tolist(),
-            torch.randint(3, 19, (1 + n % 4,), generator=generator).tolist(),
-            [0.0] * (1 + n % 4),
-            True,
-            "",
-        )
-        for n in range(6)
-    ]
-    batch = collate(rollouts, pad_id=0)
-    adapter = policy.trainable_parameters()
-
-    def logprobs_and_grads(model):
-        logp_NT, _ = token_logprobs(model, batch, 1.0)
-        (logp_NT * batch.mask_NT).sum().backward()
-        grads = [p.grad.clone() for p in adapter]
-        peft_model.zero_grad(set_to_none=True)
-        return logp_NT.detach(), grads
-
-    peft_NT, peft_grads = logprobs_and_grads(peft_model)
-    with policy.learner() as model:
-        assert model is not peft_model and model.training == peft_model.training
-        merged_NT, merged_grads = logprobs_and_grads(model)
-    mask = batch.mask_NT.bool()
-    assert (merged_NT - peft_NT)[mask].abs().max() < 1e-5
-    for merged, peft in zip(merged_grads, peft_grads, strict=True):
-        assert (merged - peft).norm() <= 1e-4 * peft.norm()
-    assert all(g.norm() > 0 for g in peft_grads)
-
-
-def test_the_learner_keeps_the_models_dropout_and_the_sampler_goes_without():
-    peft_model = moved_peft_model("gpt2", dropout=0.5)
-    policy = Policy(peft_model, None, torch.device("cpu"))
-    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
-    with policy.learner() as model:
-        assert model is not peft_model and model.training
-        assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
-    with torch.no_grad(), policy.inference() as model:
-        assert not model.training
-        assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
-
-
-@pytest.mark.parametrize("setting", ["lora_dropout", "merge_lora=false"])
-def test_the_learner_falls_back_to_peft_where_the_merged_copy_is_not_its_forward(setting):
-    # LoRA dropout drops the adapter's input only, which no merged weight can do.
-    peft_model = moved_peft_model("llama", lora_dropout=0.1 if setting == "lora_dropout" else 0)
-    policy = Policy(peft_model, None, torch.device("cpu"), merge_lora=setting != "merge_lora=false")
-    with policy.learner() as model:
-        assert model is peft_model
-
-
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_a_half_precision_model_samples_merged_and_learns_through_peft(composed, dtype):
-    # PEFT keeps the adapter of a half-precision model in float32: the merge rounds once into
-    # the model's dtype, and the learner stays on PEFT, where the update is not rounded off.
-    policy = load_policy(composed(f"model.dtype={dtype}"))
-    moved_adapter(policy)
-    torch.manual_seed(0)
-    rollouts = TorchSampler(policy).sample(PROMPTS * 2, SamplingSettings())
-    batch = collate(rollouts, policy.tokenizer.pad_token_id)
-    with policy.learner() as model:
-        assert model is policy.model
-        logp_NT, _ = token_logprobs(model, batch, 1.0)
-        (logp_NT * batch.mask_NT).sum().backward()
-    assert all(torch.isfinite(p.grad).all() for p in policy.trainable_parameters())
-    # the sampler saw the adapter: its log-probs are the learner's to half precision
-    assert learner_kl(policy, rollouts) < 1e-2
 
 
 @pytest.mark.parametrize(

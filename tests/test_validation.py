@@ -3,13 +3,13 @@
 import json
 
 import pytest
-from conftest import compose_conf as composed
+from conftest import compose_conf
 
 from trainer.run.validation import ConfigError, validate
 
 
 def test_defaults_are_valid():
-    assert validate(composed()) == []
+    assert validate(compose_conf()) == []
 
 
 @pytest.mark.parametrize(
@@ -36,10 +36,10 @@ def test_defaults_are_valid():
 def test_bad_settings_name_parameter_value_and_rule(override, message):
     if message is None:
         with pytest.raises(Exception, match="task.path"):
-            validate(composed(override, "task.path=???"))
+            validate(compose_conf(override, "task.path=???"))
         return
     with pytest.raises(ConfigError) as error:
-        validate(composed(*override.split()))
+        validate(compose_conf(*override.split()))
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 
@@ -55,24 +55,24 @@ def test_bad_settings_name_parameter_value_and_rule(override, message):
     ],
 )
 def test_suspicious_settings_warn(overrides, warning):
-    warnings = validate(composed(*overrides))
+    warnings = validate(compose_conf(*overrides))
     assert any(warning in w for w in warnings), warnings
 
 
 def test_dapo_defaults_follow_the_recommendation():
-    assert validate(composed("loss=dapo")) == []
+    assert validate(compose_conf("loss=dapo")) == []
 
 
 def test_misspelt_key_fails_at_composition():
     with pytest.raises(Exception, match="group_sise"):
-        composed("group_sise=8")
+        compose_conf("group_sise=8")
 
 
 def test_jsonl_rows_are_checked_with_line_numbers(tmp_path):
     data = tmp_path / "tasks.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n{broken\n")
     with pytest.raises(ConfigError, match="line 2 is not JSON"):
-        validate(composed("task=jsonl", f"task.path={data}"))
+        validate(compose_conf("task=jsonl", f"task.path={data}"))
     missing = tmp_path / "missing.jsonl"
     with pytest.raises(ConfigError, match="task.path=.*no such file"):
-        validate(composed("task=jsonl", f"task.path={missing}"))
+        validate(compose_conf("task=jsonl", f"task.path={missing}"))

@@ -27,6 +27,12 @@ TIME_REFERENCE = "time/reference_s"  # of train: the reference's forward (KL pen
 TIME_POST_KL = "time/post_kl_s"  # of train: the post-update KL's forward (compute_post_kl)
 ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 
+# Shares of the step's groups by reward: mixed (some rollouts better than others: the only
+# groups with an advantage to learn from), all rewarded, none rewarded.
+GROUPS_MIXED = "groups/frac_mixed"
+GROUPS_ALL_GOOD = "groups/frac_all_good"
+GROUPS_ALL_BAD = "groups/frac_all_bad"
+
 # Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's
 # standard error over problems sits beside it (`stderr_of`).
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)

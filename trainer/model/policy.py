@@ -104,7 +104,7 @@ class Policy:
             self._merged.stale = True
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        if self._trainable is None:  # walking the module tree costs ~1 ms: do it once
+        if self._trainable is None:  # walking the module tree each step is not free: once
             self._trainable = [p for p in self.model.parameters() if p.requires_grad]
         return self._trainable
 
@@ -195,7 +195,7 @@ def collate(rollouts: list[Rollout], pad_id: int) -> TokenBatch:
     prompt_row = {p: d for d, p in enumerate(dict.fromkeys(tuple(r.prompt_ids) for r in rollouts))}
     prompt_ids_DP, prompt_mask_DP = left_pad([list(p) for p in prompt_row], pad_id)
     prompt_of_N = torch.tensor([prompt_row[tuple(r.prompt_ids)] for r in rollouts])
-    # One tensor from padded lists, not a copy per rollout (3.5 -> 0.4 ms at 128 rollouts).
+    # One tensor from padded lists: one copy, not one per rollout.
     width = max(len(r.completion_ids) for r in rollouts)
     ids = torch.tensor([right_pad(r.completion_ids, width, pad_id) for r in rollouts])
     mask = torch.tensor([right_pad([1.0] * len(r.completion_ids), width, 0.0) for r in rollouts])

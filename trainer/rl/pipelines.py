@@ -25,7 +25,6 @@ from typing import Protocol
 
 import torch
 
-from trainer.base import metrics as metrics_names
 from trainer.env.tasks import Problem
 from trainer.model.policy import Policy, collate
 from trainer.rl.pipeline_settings import groups_per_batch
@@ -97,11 +96,7 @@ class StreamPipeline(SyncPipeline):
                 ]
                 parts.append(groups)
             if in_step:
-                stepped = time.perf_counter()
-                grad_norm = optimizer_step(cfg, self.policy, self.optimizer, *in_step)
-                in_step[0][metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
-                for update in in_step:
-                    update[metrics_names.GRAD_NORM] = grad_norm
+                optimizer_step(cfg, self.policy, self.optimizer, *in_step)
             updates += in_step
         batch = Groups.join(parts)
         # The post-update KL needs only the tokens: collated, not prepared again (no second
@@ -130,9 +125,13 @@ def staleness(groups: Groups, learner_version: int) -> dict[str, float]:
 
 
 class AsyncPipeline:
-    """Off-by-K: sampling and training overlap, on a copy of the policy for the sampler."""
+    """Off-by-K: sampling and training overlap, on a copy of the policy for the sampler.
 
-    def __init__(self, cfg, policy, sampler, task, optimizer, rng, settings) -> None:
+    The learner's sampler (the one evaluation uses) is not used here: the sampler thread
+    needs weights that no update changes under it, so it gets its own copy and sampler,
+    refreshed after each update."""
+
+    def __init__(self, cfg, policy, _learners_sampler, task, optimizer, rng, settings) -> None:
         self.cfg, self.policy, self.task, self.optimizer = cfg, policy, task, optimizer
         self.settings = settings
         self.sampler_policy = Policy(
@@ -224,6 +223,10 @@ def _copy_trainable(source: torch.nn.Module, target: torch.nn.Module) -> None:
             params[name].copy_(p)
 
 
+# One class for each name of pipeline_settings.PIPELINES (which validation reads without
+# importing this module); tests/test_pipelines.py holds the two together.
+PIPELINE_CLASSES = {"sync": SyncPipeline, "stream": StreamPipeline, "async": AsyncPipeline}
+
+
 def make_pipeline(cfg, policy, sampler, task, optimizer, rng, settings) -> Pipeline:
-    kind = {"sync": SyncPipeline, "stream": StreamPipeline, "async": AsyncPipeline}[cfg.pipeline]
-    return kind(cfg, policy, sampler, task, optimizer, rng, settings)
+    return PIPELINE_CLASSES[cfg.pipeline](cfg, policy, sampler, task, optimizer, rng, settings)

@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from trainer.base import metrics
+
 SCALE_REWARDS = ("none", "group", "batch")
 
 
@@ -38,9 +40,9 @@ def group_outcome_fractions(rewards_PG: torch.Tensor) -> dict[str, float]:
     """Share of groups with mixed rewards, with every rollout rewarded (> 0), or with none."""
     constant_P = constant_groups(rewards_PG)
     return {
-        "groups/frac_mixed": (~constant_P).float().mean().item(),
-        "groups/frac_all_good": (constant_P & (rewards_PG[:, 0] > 0)).float().mean().item(),
-        "groups/frac_all_bad": (constant_P & (rewards_PG[:, 0] <= 0)).float().mean().item(),
+        metrics.GROUPS_MIXED: (~constant_P).float().mean().item(),
+        metrics.GROUPS_ALL_GOOD: (constant_P & (rewards_PG[:, 0] > 0)).float().mean().item(),
+        metrics.GROUPS_ALL_BAD: (constant_P & (rewards_PG[:, 0] <= 0)).float().mean().item(),
     }
 
 

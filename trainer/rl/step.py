@@ -147,9 +147,7 @@ def train_on_groups(
     updates = []
     for rows in rows_M:
         update = backward(cfg, policy, prepared, rows)
-        stepped = time.perf_counter()
-        update[metrics_names.GRAD_NORM] = optimizer_step(cfg, policy, optimizer, update)
-        update[metrics_names.TIME_OPTIMIZER] = time.perf_counter() - stepped
+        optimizer_step(cfg, policy, optimizer, update)
         updates.append(update)
     metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
     return {**metrics, **prepared.metrics, **timing(groups, time.perf_counter() - started)}
@@ -284,8 +282,10 @@ def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfi
 def optimizer_step(
     cfg: DictConfig, policy: Policy, optimizer: torch.optim.Optimizer, *updates: dict[str, float]
 ) -> float:
-    """Clip and apply the accumulated gradients; returns the gradient norm. Nothing moves when
-    a loss or the gradient is not finite: NaN never reaches the weights."""
+    """Clip and apply the gradients the updates' backward passes accumulated, and record the
+    step in them: the gradient norm in each, the step's time in the first. Returns the norm.
+    Nothing moves when a loss or the gradient is not finite: NaN never reaches the weights."""
+    started = time.perf_counter()
     grad_norm = math.nan
     if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
@@ -294,6 +294,9 @@ def optimizer_step(
         optimizer.step()
         policy.weights_changed()
     optimizer.zero_grad(set_to_none=True)
+    for update in updates:
+        update[metrics_names.GRAD_NORM] = grad_norm
+    updates[0][metrics_names.TIME_OPTIMIZER] = time.perf_counter() - started
     return grad_norm
 
 

@@ -63,7 +63,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     policy = load_policy(cfg)
     task = make_task(cfg.task)
     lr = resolve_lr(cfg, policy.model.config.hidden_size)
-    # fused: one kernel for all parameters instead of a dozen ops each (0.36 vs 0.98 ms a step)
+    # fused: one kernel for all parameters instead of a dozen ops each
     fused = policy.device.type in ("cpu", "cuda")
     optimizer = torch.optim.AdamW(
         policy.trainable_parameters(), lr=lr, weight_decay=0.0, fused=fused or None
