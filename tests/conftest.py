@@ -5,6 +5,7 @@ Fixtures, so each test gets its own copy pointed at its own tmp_path."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -135,3 +136,22 @@ def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
     with policy.learner() as model:
         learner_NT, _ = token_logprobs(model, batch, temperature)
     return rl_math.kl_sample_train(batch.sampler_logp_NT, learner_NT.detach(), batch.mask_NT)[1]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium), as .ci/run does"
+)
+
+
+def rendered_dom(url: str, profile: Path, budget_ms: int, timeout_s: int, *flags: str) -> str:
+    """The page at url as headless Chromium leaves it after budget_ms of virtual time (its
+    scripts run, its images load): what a user's browser shows, as HTML."""
+    command = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        f"--user-data-dir={profile}", *flags, f"--virtual-time-budget={budget_ms}", "--dump-dom",
+        url,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=True)
+    return done.stdout

@@ -4,7 +4,6 @@ docs/records.md (sqlite files in tmp_path), no mocks.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import sweep_env
+from conftest import needs_chromium, rendered_dom, sweep_env
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
@@ -275,7 +274,6 @@ def test_pareto_front() -> None:
     assert pareto_front(points, maximize=True) == [3, 0, 1]
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHECK_IMAGES = """<script>
 window.addEventListener("load", () => {
   const imgs = Array.from(document.images);
@@ -285,9 +283,7 @@ window.addEventListener("load", () => {
 </script></body>"""
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium), as .ci/run does"
-)
+@needs_chromium
 def test_html_images_load_in_headless_chromium(finished: Sweep) -> None:
     out = finished.root / "report"
     assert (
@@ -296,21 +292,7 @@ def test_html_images_load_in_headless_chromium(finished: Sweep) -> None:
     page = (out / "index.html").read_text()
     probe = out / "probe.html"  # next to the report, so relative links resolve the same
     probe.write_text(page.replace("</body>", CHECK_IMAGES))
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={finished.root / 'chrome'}",
-        "--virtual-time-budget=5000",
-        "--dump-dom",
-        probe.as_uri(),
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = rendered_dom(probe.as_uri(), finished.root / "chrome", 5000, 120)
     assert 'data-images="6/6"' in dom, dom[:500]
 
 

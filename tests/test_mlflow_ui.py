@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,15 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from conftest import free_port, mlflow_uri, run_sweep, study_in, study_uri
+from conftest import (
+    free_port,
+    mlflow_uri,
+    needs_chromium,
+    rendered_dom,
+    run_sweep,
+    study_in,
+    study_uri,
+)
 from mlflow.tracking import MlflowClient
 
 from analysis.__main__ import main
@@ -94,7 +101,6 @@ def test_the_view_shows_the_objective_the_swept_params_and_the_outcome() -> None
 # --- a real sweep -------------------------------------------------------------------------
 
 SWEEP = ["lr=1e-3,2e-3", "max_steps=2", "batch_size=4", "group_size=4"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -147,9 +153,7 @@ def test_the_report_prints_the_same_link(swept, capsys) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium), as .ci/run does"
-)
+@needs_chromium
 def test_the_link_shows_the_trial_runs_in_a_real_mlflow_ui(swept) -> None:
     cwd, out = swept
     port = free_port()
@@ -188,19 +192,4 @@ def _wait_for(url: str, server: subprocess.Popen, timeout_s: float = 120) -> Non
 
 
 def _dom(url: str, profile: Path) -> str:
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        "--window-size=1600,1000",
-        "--virtual-time-budget=20000",
-        "--dump-dom",
-        url,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True).stdout
+    return rendered_dom(url, profile, 20000, 180, "--window-size=1600,1000")
