@@ -112,6 +112,13 @@ def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.
     )
 
 
+def start_sweep(cwd: Path, *args: str, **popen) -> subprocess.Popen:
+    """`python -m sweeper -m <args>` started in cwd with its own MLflow store, not awaited;
+    its output as text, to wherever popen's stdout and stderr send it."""
+    command = [sys.executable, "-m", "sweeper", "-m", *args]
+    return subprocess.Popen(command, cwd=cwd, env=sweep_env(cwd), text=True, **popen)
+
+
 def study_in(cwd: Path) -> optuna.Study:
     """The one study a sweep in cwd created in its default SQLite storage."""
     storage = study_uri(cwd)

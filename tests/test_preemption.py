@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sweep, study_in, sweep_env
+from conftest import run_sweep, start_sweep, study_in
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -27,14 +26,7 @@ ARGS += ["hydra.sweeper.health=[]"]  # about preemption: no trial may stop early
 
 
 def _start(cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sweeper", "-m", *ARGS],
-        cwd=cwd,
-        env=sweep_env(cwd),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_sweep(cwd, *ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _wait_for_checkpoint(cwd: Path, timeout: float = 180) -> None:
@@ -102,14 +94,7 @@ def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(t
     trial): it takes the queued point, and the point completes once."""
     args = ["lr=1e-3", "batch_size=4", "max_steps=40", "eval_every=0", "save_every=0"]
     args += ["task.eval_size=16", "hydra.sweeper.health=[]"]
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "sweeper", "-m", *args],
-        cwd=tmp_path,
-        env=sweep_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    worker = start_sweep(tmp_path, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while not (running := _running(tmp_path)):
         assert worker.poll() is None and time.monotonic() < deadline, worker.stdout.read()[-3000:]

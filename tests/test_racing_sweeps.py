@@ -7,10 +7,9 @@ from __future__ import annotations
 import collections
 import signal
 import subprocess
-import sys
 
 import pytest
-from conftest import run_sweep, study_in, sweep_env
+from conftest import run_sweep, start_sweep, study_in
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -32,13 +31,6 @@ def _training_runs(cwd):
         if r.data.tags.get("sweeper.role") == "trial"
         and r.data.tags.get("sweeper.state") == "COMPLETE"
     )
-
-
-def _start(cwd, args, **pipes) -> subprocess.Popen:
-    """`python -m sweeper -m <args>` started in cwd (its own MLflow store), not awaited."""
-    env = sweep_env(cwd)
-    command = [sys.executable, "-m", "sweeper", "-m", *args]
-    return subprocess.Popen(command, cwd=cwd, env=env, **{"stdout": subprocess.PIPE, **pipes})
 
 
 def test_eliminated_configurations_get_no_more_seeds_and_the_verdict_says_why(tmp_path):
@@ -79,7 +71,7 @@ def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
 
 def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
     args = ["lr=1e-3,2e-3,3e-3", *BY_LR]
-    sweep = _start(tmp_path, args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     for line in sweep.stderr:  # t0 has run its 2 seeds and holds; t1 is under way
         if "t1 lr=0.002 started" in line:
             sweep.send_signal(signal.SIGTERM)
@@ -102,8 +94,11 @@ def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
 
 def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(tmp_path):
     args = ["lr=1e-3,2e-3,3e-3,4e-3", *BY_LR]
-    workers = [_start(tmp_path, args, stderr=subprocess.STDOUT) for _ in range(2)]
-    outputs = [w.communicate(timeout=600)[0].decode() for w in workers]
+    workers = [
+        start_sweep(tmp_path, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     trials = study_in(tmp_path).trials
     assert sorted(t.params["lr"] for t in trials) == [0.001, 0.002, 0.003, 0.004]

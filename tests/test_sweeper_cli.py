@@ -13,7 +13,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import mlflow_uri, run_sweep, study_in, study_uri, sweep_env
+from conftest import mlflow_uri, run_sweep, start_sweep, study_in, study_uri, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
@@ -221,16 +221,13 @@ def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
     args = ["group_size=2,4", "batch_size=4", "max_steps=40", "eval_every=0", "task.eval_size=16"]
     args += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
     args += ["hydra.sweeper.health=[]"]  # about interruption: no trial stops early on its own
-    command = [sys.executable, "-m", "sweeper", "-m", *args]
 
     def start() -> subprocess.Popen:
-        return subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            env=sweep_env(tmp_path),
+        return start_sweep(
+            tmp_path,
+            *args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
         )
 

@@ -5,9 +5,16 @@ import json
 import random
 
 import pytest
+from conftest import compose_conf
 
 from trainer.base.errors import ConfigError
-from trainer.env.tasks import AdditionTask, ArithmeticTask, DatasetTask, exact_match_reward
+from trainer.env.tasks import (
+    AdditionTask,
+    ArithmeticTask,
+    DatasetTask,
+    exact_match_reward,
+    make_task,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,6 +41,17 @@ def test_addition_split_is_disjoint_and_stable():
     train = task.train_problems(500, random.Random(0))
     assert not eval_prompts & {p.prompt for p in train}
     assert all(int(p.prompt[:2]) + int(p.prompt[3:5]) == int(p.answer) for p in train)
+
+
+def test_a_config_saved_before_the_trainers_layering_still_builds_its_task(caplog):
+    """Tuned files and MLflow runs from before trainer/ had layers name trainer.tasks."""
+    cfg = compose_conf("task._target_=trainer.tasks.AdditionTask", "task.eval_size=7")
+    task = make_task(cfg.task)
+    assert isinstance(task, AdditionTask) and len(task.eval_problems()) == 7
+    assert "moved to trainer.env.tasks.AdditionTask" in caplog.text
+    caplog.clear()
+    make_task(compose_conf().task)  # today's configs: no warning
+    assert "moved" not in caplog.text
 
 
 def test_jsonl_task(tmp_path):

@@ -11,6 +11,7 @@ weights, each logged on its own).
 from __future__ import annotations
 
 import json
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,23 @@ class Task(Protocol):
         """Score one completion; `finished` is True when it ended with end-of-sequence."""
 
 
+log = logging.getLogger(__name__)
+
+# Where the trainer's layering (2026-11-24) moved the built-in tasks: a config saved before it (a
+# tuned file, an MLflow run's config.yaml) still names the old module, and keeps working.
+MOVED_TASK_MODULES = {"trainer.tasks": "trainer.env.tasks"}
+
+
+def current_target(target: str) -> str:
+    """A task's `_target_`, with a module the layering moved replaced by its new place."""
+    module, _, name = target.rpartition(".")
+    if module not in MOVED_TASK_MODULES:
+        return target
+    moved = f"{MOVED_TASK_MODULES[module]}.{name}"
+    log.warning("task._target_=%s: the class moved to %s; update the config", target, moved)
+    return moved
+
+
 def make_task(task_cfg) -> Task:
     """The configured task (Hydra `_target_`), the prompt rendering keys (PROMPT_DEFAULTS)
     left out: the sampler reads those."""
@@ -56,6 +74,8 @@ def make_task(task_cfg) -> Task:
     with open_dict(cfg):
         for key in PROMPT_DEFAULTS:
             cfg.pop(key, None)
+        if isinstance(cfg.get("_target_"), str):
+            cfg._target_ = current_target(cfg._target_)
     # Not recursive: a `{_target_: ...}` entry of task.rewards names a reward function to call
     # later, not an object to build now.
     return instantiate(cfg, _recursive_=False, _convert_="all")

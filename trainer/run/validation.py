@@ -7,13 +7,13 @@ it on every point of a search space before the first trial starts.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from trainer.base.errors import ConfigError
+from trainer.base.metrics import is_finite_number
 from trainer.rl.losses import LOSSES
 from trainer.rl.pipeline_settings import check as pipeline_rules
 from trainer.rl.rl_math import SCALE_REWARDS
@@ -34,10 +34,6 @@ def _fail(name: str, value: Any, rule: str) -> None:
 def _require(ok: bool, name: str, value: Any, rule: str) -> None:
     if not ok:
         _fail(name, value, rule)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def validate(cfg: DictConfig) -> list[str]:
@@ -94,7 +90,7 @@ def _check_batch(cfg: DictConfig) -> None:
 def _check_learner_memory(cfg: DictConfig) -> None:
     tokens = cfg.learner_batch_tokens
     _require(
-        tokens == "auto" or (_is_number(tokens) and tokens == int(tokens) and tokens >= 1),
+        tokens == "auto" or (is_finite_number(tokens) and tokens == int(tokens) and tokens >= 1),
         "learner_batch_tokens",
         tokens,
         "must be auto or an integer >= 1 (the most tokens a learner micro-batch holds)",
@@ -117,7 +113,7 @@ def _check_optimisation(cfg: DictConfig, warnings: list[str]) -> None:
             f"lr=auto needs a calibrated family: one of {sorted(LR_EXPONENTS)}",
         )
     else:
-        _require(_is_number(lr), "lr", lr, 'must be a number or "auto"')
+        _require(is_finite_number(lr), "lr", lr, 'must be a number or "auto"')
         _require(lr > 0, "lr", lr, "must be > 0")
         if not 1e-7 <= lr <= 1:
             warnings.append(f"lr={lr} is outside [1e-7, 1]: almost certainly too small or large")
