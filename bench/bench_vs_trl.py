@@ -214,7 +214,7 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
                     CLOCK.step_ended()
 
         trainer.add_callback(Timer())
-        trainer.run.train()
+        trainer.train()
     step_s = times["step"][1:]
     sample, optimizer = times["sample"][1:], times["optimizer"][1:]
     forward_backward = [t - s - o for t, s, o in zip(step_s, sample, optimizer, strict=True)]
