@@ -21,6 +21,8 @@ from trainer.base.errors import ConfigError
 from trainer.env.prompts import PROMPT_DEFAULTS, Prompt, check_messages, is_prompt, prompt_settings
 from trainer.env.rewards import RewardSet, exact_match_reward, parse_number
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Problem", "Task", "exact_match_reward", "make_task"]
 
 AUTO = "auto"  # task.rewards for a data file: chosen from its answers (`default_rewards`)
@@ -42,8 +44,6 @@ class Task(Protocol):
     def reward(self, problem: Problem, completion: str, finished: bool) -> float:
         """Score one completion; `finished` is True when it ended with end-of-sequence."""
 
-
-log = logging.getLogger(__name__)
 
 # Where the trainer's layering (2026-11-24) moved the built-in tasks: a config saved before it (a
 # tuned file, an MLflow run's config.yaml) still names the old module, and keeps working.

@@ -17,6 +17,5 @@ def make_sampler(name: str, policy, cfg) -> Sampler:
         )
 
         return VLLMSampler(policy, cfg, renderer)
-    raise ValueError(
-        f"sampler.name={name!r}: must be one of {SAMPLERS}"
-    )  # validation says it first
+    # Validation refuses an unknown name before anything loads; this only guards the factory.
+    raise ValueError(f"sampler.name={name!r}: must be one of {SAMPLERS}")
