@@ -19,6 +19,10 @@ study/       where the plan lives, shared by every worker
   recovery        trials lost to the infrastructure, told apart from trials that failed
 sweep/       running the plan
   loop            the take -> launch -> tell loop Hydra's Sweeper hands over to (SweepRunner)
+  start           the study opened (or joined) before the loop, and the plan said
+  flights         a configuration in flight, its jobs and each job's Hydra overrides
+  tell            a configuration's outcome into the study and MLflow, or its point queued again
+  tuned           tuned/<study>.yaml, rewritten on each new best trial
   devices         one job per GPU from a device pool
   job             each job's task function: one seed trained, reported to MLflow and Optuna,
                   pruned when a health rule fires or the objective pruner says so

@@ -10,6 +10,10 @@ launch jobs one at a time through Hydra's launcher: when a run ends or is pruned
 takes the next job at once, so no slot waits for a batch-mate (hydra#1954). Interrupted
 trials (kill -9, Ctrl-C, SIGTERM) are failed and their points queued again for any worker;
 with `save_every` set, the point resumes from its last checkpoint.
+
+The loop's parts live beside it: start.py opens the study, flights.py says what each job runs,
+tell.py records a configuration's outcome (or queues its point again), tuned.py writes the
+tuned file.
 """
 
 from __future__ import annotations
@@ -20,78 +24,44 @@ import sys
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
-from optuna.exceptions import UpdateFinishedTrialError
-from optuna.trial import Trial, TrialState
 
 from analysis import records
-from analysis.records import BREACH_CONSTRAINT, Replicate, State, StudyAttr, Tag, TrialAttr
+from analysis.records import State, StudyAttr, Tag, TrialAttr
 from analysis.text import show
-from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
 from analysis.verdict import study_verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
-from sweeper.plan.preflight import compose, one_line
-from sweeper.plan.space import format_value
+from sweeper.plan.preflight import one_line
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.results import runs
 from sweeper.results.display import final_table, progress_line, say
-from sweeper.study import recovery, slots
-from sweeper.study.create import StudySpec, open_study
-from sweeper.study.storage import Heartbeat, exclusive, open_storage
+from sweeper.study import slots
+from sweeper.study.storage import Heartbeat
 from sweeper.sweep import racing, terminator
 from sweeper.sweep.devices import DevicePool
-from sweeper.sweep.outcome import combine, seeds_of
+from sweeper.sweep.flights import InFlight, Job, quote, seed_job
+from sweeper.sweep.outcome import seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
-from trainer.base.errors import fail_reason
-from trainer.run.database import DatabaseUnreachable, set_retry_window
-from trainer.run.tracking import check_tracking_uri, tracking_client
-from trainer.run.validation import ConfigError
+from sweeper.sweep.start import start_sweep
+from sweeper.sweep.tell import give_back_interrupted, give_back_stale, tell_if_still_ours
+from sweeper.sweep.tuned import TunedFile
+from trainer.run.database import DatabaseUnreachable
+from trainer.run.tracking import tracking_client
 
 log = logging.getLogger(__name__)
 
 HOLD_POLL_S = 1.0  # how often a held leader looks again for the others' seeds
-STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
 
 
 class FailureRateExceeded(SweepError):
     pass
-
-
-@dataclass
-class Job:
-    """One training run: one seed of one configuration."""
-
-    trial: Trial
-    seed: int
-    replicate: int  # 0 for the first seed
-    overrides: list[str]
-
-
-@dataclass
-class InFlight:
-    """A configuration being trained: which of its seeds started and ended."""
-
-    trial: Trial
-    seeds: list[int]
-    config_run_id: str | None  # its MLflow run when it has several seeds
-    started: int = 0
-    ended: dict[int, JobReturn | None] = field(default_factory=dict)  # None: carried over
-    stop: bool = False  # a seed broke: start no more seeds of it
-    hold: bool = False  # seeds=auto: it leads, and waits for the configurations still to come
-
-    @property
-    def done(self) -> bool:
-        all_started = self.stop or self.started == len(self.seeds)
-        return all_started and len(self.ended) == self.started
 
 
 class SweepRunner:
@@ -106,16 +76,16 @@ class SweepRunner:
         task_function: TaskFunction,
         config: DictConfig,
     ) -> None:
+        self.plan = plan
         self.s, self.space, self.name = plan.settings, plan.space, plan.name
         self.search_sampler = plan.search_sampler
         self.conf = conf
         self.config = config
-        self.config_loader = hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
         self.in_flight: dict[int, InFlight] = {}
-        self.best_written: int | None = None
+        self.tuned = TunedFile(self.name, self.s, hydra_context.config_loader, config)
 
     def sweep(self) -> list[JobReturn]:
         try:
@@ -130,26 +100,7 @@ class SweepRunner:
 
     def _sweep(self) -> list[JobReturn]:
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
-        set_retry_window(self.s.db_retry_seconds)
-        try:
-            check_tracking_uri()
-        except ConfigError as e:
-            raise SweepError(str(e)) from None
-        storage = open_storage(
-            self.s.storage, self.s.heartbeat_interval, self.s.grace_period, patient=False
-        )
-        spec = StudySpec(self.name, self.space, self.search_sampler, self.s, self.config.experiment)
-        study, self.parent_run_id = open_study(storage, spec)
-        for line in runs.runs_link(self.config.experiment, self.name, study.user_attrs):
-            say(f"[sweep {self.name}] {line.strip()}")
-        if not self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
-            study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
-            say(f"[sweep {self.name}] terminator=false: the study runs on past its stop")
-        swept = " ".join(f"{p.key}={p.spec}" for p in self.space.params.values()) or "defaults"
-        seeds = f" x {self.s.seeds} seeds" if self.s.seeds > 1 else ""
-        say(
-            f"[sweep {self.name}] {self.search_sampler.name} over {swept}: {self.search_sampler.planned} trials{seeds}"
-        )
+        study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
         with signals_interrupt():
             try:
                 self._loop(study)
@@ -180,8 +131,7 @@ class SweepRunner:
         best = records.best_trial(trials, self.s.maximize)
         verdict = study_verdict(study, study.user_attrs, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
-        self.best_written = None  # the tuned file's notes carry the final verdict
-        self._update_tuned(study)
+        self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
         print("\n".join([final_table(study, verdict), *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
@@ -199,7 +149,7 @@ class SweepRunner:
             Heartbeat(study, self._in_flight_ids) as self.heartbeat,
         ):
             while True:
-                self._recover_stale(study)
+                give_back_stale(study, self.s, self.name)
                 self._check_failures(study)
                 job = None
                 while len(running) < self.lanes and (job := self._next_job(study, pending)):
@@ -219,13 +169,6 @@ class SweepRunner:
 
     def _in_flight_ids(self) -> list[int]:
         return [oa.trial_id(f.trial) for f in list(self.in_flight.values())]
-
-    def _recover_stale(self, study: optuna.Study) -> None:
-        if not self.s.fail_stale_trials or not oa.stale_trial_ids(study):
-            return
-        with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
-            for trial in recovery.fail_stale_trials(study, STALE_REASON, self.s.max_lost_in_a_row):
-                self._give_back(study, trial)
 
     def _wait_for_others(self, study: optuna.Study) -> bool:
         """Nothing left to take; trials of other workers still run. True: look again."""
@@ -279,37 +222,23 @@ class SweepRunner:
         return self._next_job(study, pending)
 
     def _job(self, flight: InFlight, seed: int) -> Job:
-        replicate = flight.seeds.index(seed)
-        return Job(flight.trial, seed, replicate, self._job_overrides(flight, seed, replicate))
+        return seed_job(
+            flight,
+            seed,
+            settings=self.s,
+            study_name=self.name,
+            parent_run_id=self.parent_run_id,
+            space=self.space,
+        )
 
     def _launch(self, job: Job) -> JobReturn:
         """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
         with self.devices.lease() as device:
-            overrides = job.overrides + ([f"model.device={_quote(device)}"] if device else [])
+            overrides = job.overrides + ([f"model.device={quote(device)}"] if device else [])
             try:
                 return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
                 return oa.failed_return(RuntimeError(one_line(e)))
-
-    def _job_overrides(self, flight: InFlight, seed: int, replicate: int) -> list[str]:
-        trial = flight.trial
-        binding = {
-            "trial.id": oa.trial_id(trial),
-            "trial.number": trial.number,
-            "trial.replicate": replicate,
-            "trial.storage": self.s.storage,
-            "trial.study": self.name,
-            "trial.parent_run_id": flight.config_run_id or self.parent_run_id,
-            "trial.db_retry_seconds": self.s.db_retry_seconds,
-        }
-        quoted = [f"{k}={_quote(v)}" for k, v in binding.items()]
-        several = len(flight.seeds) > 1
-        seeded = [f"seed={seed}"] if several else []
-        subdir = f"hydra.sweep.subdir=t{trial.number}" + (f"-s{seed}" if several else "")
-        # A retried point continues in the interrupted run's folder, from its last checkpoint.
-        resume = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(seed))
-        resumed = [f"output_dir={_quote(resume['output_dir'])}", "resume=true"] if resume else []
-        return [*self.space.overrides(trial.params), *seeded, *quoted, subdir, *resumed]
 
     def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
         flight = self.in_flight[job.trial.number]
@@ -336,10 +265,10 @@ class SweepRunner:
             if step.action != racing.STOP:
                 return
         del self.in_flight[flight.trial.number]
-        self._tell_if_still_ours(study, flight, step.why if step else "")
+        tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
         say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         self._stop_if_nothing_to_gain(study)
-        self._update_tuned(study)
+        self.tuned.update(study)
         self._look_again(study, pending)
 
     def _stop_if_nothing_to_gain(self, study: optuna.Study) -> None:
@@ -369,94 +298,12 @@ class SweepRunner:
             if flight.trial.number in self.in_flight:
                 self._seeds_ended(study, flight, pending)
 
-    def _tell_if_still_ours(self, study: optuna.Study, flight: InFlight, race: str) -> None:
-        """Tell the study, unless another worker found the trial stale meanwhile (it missed
-        this worker's heartbeats) and queued its point again: that run counts, this is dropped."""
-        try:
-            if oa.fresh(study, oa.trial_id(flight.trial)).state == TrialState.RUNNING:
-                self._tell(study, flight, race)
-                return
-        except UpdateFinishedTrialError:  # taken over between the look and the tell
-            pass
-        say(
-            f"[sweep {self.name}] t{flight.trial.number} was taken over by another worker "
-            "(its heartbeats were missed); this worker's result of it is dropped"
-        )
-
-    def _tell(self, study: optuna.Study, flight: InFlight, race: str = "") -> None:
-        """The configuration's outcome, from what its seeds recorded, into the study."""
-        trial = flight.trial
-        if race:
-            trial.set_user_attr(TrialAttr.RACE, race)
-            say(f"[sweep {self.name}] t{trial.number}: {race}")
-        recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
-        # A seed carried over from an interrupted run has no job here (None): it completed.
-        errors = {seed: ret and oa.job_error(ret) for seed, ret in flight.ended.items()}
-        lost = recovery.lost_reason(errors, recorded)
-        if lost:  # the infrastructure, not the configuration: run it again
-            with exclusive(self.s.storage):
-                if recovery.lose(study, oa.trial_id(trial), lost, self.s.max_lost_in_a_row):
-                    self._give_back(study, oa.fresh(study, oa.trial_id(trial)))
-            return
-        for seed, ret in flight.ended.items():
-            mine = recorded.get(seed)
-            if mine is None or mine.state == State.RUNNING:  # its process died before recording
-                error = (ret and oa.job_error(ret)) or RuntimeError(
-                    "the job ended without a record"
-                )
-                recorded[seed] = _died(seed, mine, fail_reason(error))
-                runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
-        out = combine([recorded[s] for s in flight.ended], len(flight.seeds))
-        trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
-        if out.baseline is not None:
-            trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
-        if out.state == State.COMPLETE:
-            study.tell(trial, values=out.value)
-        elif out.state == State.PRUNED:
-            if out.breach is not None:
-                trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
-                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
-            study.tell(trial, state=TrialState.PRUNED)
-        else:
-            log.warning("t%d failed: %s", trial.number, out.reason)
-            trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
-            study.tell(trial, state=TrialState.FAIL)
-        if flight.config_run_id:
-            if race:
-                tracking_client(runs.tracking_uri()).set_tag(flight.config_run_id, Tag.RACE, race)
-            runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
-
-    def _give_back(self, study: optuna.Study, trial, killed: bool = False) -> None:
-        """An interrupted trial: close its runs and queue its point again (to resume); one
-        lost too often in a row (recovery.lose failed it): close its runs only."""
-        reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
-        resume_dirs, carried = {}, {}
-        for rep in records.replicates(trial):
-            if rep.state == State.COMPLETE:  # a seed that ended is kept, not run again
-                carried[records.replicate_key(rep.seed)] = rep.as_attr()
-                continue
-            runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
-            if rep.output_dir:
-                resume_dirs[str(rep.seed)] = {"output_dir": rep.output_dir, "run_id": rep.run_id}
-        runs.close_trial_run(
-            trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID), State.FAIL, reason, killed
-        )
-        if not records.is_interrupted(trial):
-            say(f"[sweep {self.name}] t{trial.number} failed: {reason}")
-            return
-        slots.give_back(study, trial, resume_dirs, carried)
-        say(f"[sweep {self.name}] t{trial.number} was interrupted; its point is queued again")
-
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""
         what = str(signal_) if isinstance(signal_, SignalInterrupt) else "Ctrl-C"
         end_child_processes()
         reason = f"interrupted ({what}); queued again"
-        with exclusive(self.s.storage):  # a worker filling the plan sees each point queued again
-            for flight in list(self.in_flight.values()):
-                trial_id = oa.trial_id(flight.trial)
-                if recovery.interrupt(study, trial_id, reason):
-                    self._give_back(study, oa.fresh(study, trial_id), killed=True)
+        give_back_interrupted(study, list(self.in_flight.values()), reason, self.s, self.name)
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
@@ -464,40 +311,3 @@ class SweepRunner:
         sys.exit(
             f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
         )
-
-    def _update_tuned(self, study: optuna.Study) -> None:
-        """Rewrite tuned/<study>.yaml whenever the study has a new best trial."""
-        best = records.best_trial(study.get_trials(deepcopy=False), self.s.maximize)
-        if best is None or best.number == self.best_written:
-            return
-        overrides = best.user_attrs[TrialAttr.OVERRIDES]
-        cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        verdict = study_verdict(study, study.user_attrs, self.s.maximize).text
-        notes = tuned_notes(
-            self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
-        )
-        path = tuned_path(self.name)
-        write_tuned(path, cfg, overrides, notes)
-        self.best_written = best.number
-        say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
-
-
-def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
-    """The record of a seed whose job ended without writing one."""
-    return Replicate(
-        seed=seed,
-        state=State.FAIL,
-        value=None,
-        stderr=None,
-        steps_run=started.steps_run if started else 0,
-        baseline=started.baseline if started else None,
-        reason=reason,
-        run_id=started.run_id if started else None,
-    )
-
-
-def _quote(value: Any) -> str:
-    """A binding value as an override: strings quoted (URLs hold ':', '@', '?')."""
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return format_value(value)

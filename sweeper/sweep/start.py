@@ -1,0 +1,41 @@
+"""What a worker does once before its loop: check where it records, open the study (created,
+or joined with the other workers') and its MLflow parent run, and say what it runs."""
+
+from __future__ import annotations
+
+import optuna
+
+from analysis.records import StudyAttr
+from sweeper import SweepError
+from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.results import runs
+from sweeper.results.display import say
+from sweeper.study.create import StudySpec, open_study
+from sweeper.study.storage import open_storage
+from trainer.run.database import set_retry_window
+from trainer.run.tracking import check_tracking_uri
+from trainer.run.validation import ConfigError
+
+
+def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
+    """The plan's study and its parent run id, the study's runs link and plan said."""
+    s, name, search_sampler = plan.settings, plan.name, plan.search_sampler
+    set_retry_window(s.db_retry_seconds)
+    try:
+        check_tracking_uri()
+    except ConfigError as e:
+        raise SweepError(str(e)) from None
+    storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, patient=False)
+    spec = StudySpec(name, plan.space, search_sampler, s, experiment)
+    study, parent_run_id = open_study(storage, spec)
+    for line in runs.runs_link(experiment, name, study.user_attrs):
+        say(f"[sweep {name}] {line.strip()}")
+    if not s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
+        study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
+        say(f"[sweep {name}] terminator=false: the study runs on past its stop")
+    swept = " ".join(f"{p.key}={p.spec}" for p in plan.space.params.values()) or "defaults"
+    seeds = f" x {s.seeds} seeds" if s.seeds > 1 else ""
+    say(
+        f"[sweep {name}] {search_sampler.name} over {swept}: {search_sampler.planned} trials{seeds}"
+    )
+    return study, parent_run_id

@@ -1,0 +1,152 @@
+"""What the study and MLflow are told when a configuration leaves this worker: its outcome
+(from what its seeds recorded), or, when it was interrupted or lost, its point queued again.
+
+The loop (sweeper/sweep/loop.py) decides when; these say what is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from analysis import records
+from analysis.records import BREACH_CONSTRAINT, Replicate, State, Tag, TrialAttr
+from sweeper import optuna_adapter as oa
+from sweeper.plan.settings import SweepSettings
+from sweeper.results import runs
+from sweeper.results.display import say
+from sweeper.study import recovery, slots
+from sweeper.study.storage import exclusive
+from sweeper.sweep.flights import InFlight
+from sweeper.sweep.outcome import combine
+from trainer.base.errors import fail_reason
+from trainer.run.tracking import tracking_client
+
+log = logging.getLogger(__name__)
+
+STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
+
+
+def tell_if_still_ours(
+    study: optuna.Study, flight: InFlight, race: str, settings: SweepSettings, name: str
+) -> None:
+    """Tell the study, unless another worker found the trial stale meanwhile (it missed
+    this worker's heartbeats) and queued its point again: that run counts, this is dropped."""
+    try:
+        if oa.fresh(study, oa.trial_id(flight.trial)).state == TrialState.RUNNING:
+            tell_outcome(study, flight, race, settings, name)
+            return
+    except UpdateFinishedTrialError:  # taken over between the look and the tell
+        pass
+    say(
+        f"[sweep {name}] t{flight.trial.number} was taken over by another worker "
+        "(its heartbeats were missed); this worker's result of it is dropped"
+    )
+
+
+def tell_outcome(
+    study: optuna.Study, flight: InFlight, race: str, settings: SweepSettings, name: str
+) -> None:
+    """The configuration's outcome, from what its seeds recorded, into the study."""
+    trial = flight.trial
+    if race:
+        trial.set_user_attr(TrialAttr.RACE, race)
+        say(f"[sweep {name}] t{trial.number}: {race}")
+    recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
+    # A seed carried over from an interrupted run has no job here (None): it completed.
+    errors = {seed: ret and oa.job_error(ret) for seed, ret in flight.ended.items()}
+    lost = recovery.lost_reason(errors, recorded)
+    if lost:  # the infrastructure, not the configuration: run it again
+        with exclusive(settings.storage):
+            if recovery.lose(study, oa.trial_id(trial), lost, settings.max_lost_in_a_row):
+                give_back(study, oa.fresh(study, oa.trial_id(trial)), name)
+        return
+    for seed, ret in flight.ended.items():
+        mine = recorded.get(seed)
+        if mine is None or mine.state == State.RUNNING:  # its process died before recording
+            error = (ret and oa.job_error(ret)) or RuntimeError("the job ended without a record")
+            recorded[seed] = _died(seed, mine, fail_reason(error))
+            runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
+    out = combine([recorded[s] for s in flight.ended], len(flight.seeds))
+    trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
+    if out.baseline is not None:
+        trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
+    if out.state == State.COMPLETE:
+        study.tell(trial, values=out.value)
+    elif out.state == State.PRUNED:
+        if out.breach is not None:
+            trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
+            trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        log.warning("t%d failed: %s", trial.number, out.reason)
+        trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
+        study.tell(trial, state=TrialState.FAIL)
+    if flight.config_run_id:
+        if race:
+            tracking_client(runs.tracking_uri()).set_tag(flight.config_run_id, Tag.RACE, race)
+        runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
+
+
+def give_back_stale(study: optuna.Study, settings: SweepSettings, name: str) -> None:
+    """fail_stale_trials=true: the trials whose sweeper stopped are lost, their points queued
+    again (any worker may find them)."""
+    if not settings.fail_stale_trials or not oa.stale_trial_ids(study):
+        return
+    with exclusive(settings.storage):  # a worker filling the plan sees each point queued again
+        for trial in recovery.fail_stale_trials(study, STALE_REASON, settings.max_lost_in_a_row):
+            give_back(study, trial, name)
+
+
+def give_back_interrupted(
+    study: optuna.Study,
+    flights: Iterable[InFlight],
+    reason: str,
+    settings: SweepSettings,
+    name: str,
+) -> None:
+    """Ctrl-C or SIGTERM: the configurations in flight are interrupted, their points queued
+    again; one that had ended meanwhile is left as it is."""
+    with exclusive(settings.storage):  # a worker filling the plan sees each point queued again
+        for flight in flights:
+            trial_id = oa.trial_id(flight.trial)
+            if recovery.interrupt(study, trial_id, reason):
+                give_back(study, oa.fresh(study, trial_id), name, killed=True)
+
+
+def give_back(study: optuna.Study, trial: FrozenTrial, name: str, killed: bool = False) -> None:
+    """An interrupted trial: close its runs and queue its point again (to resume); one
+    lost too often in a row (recovery.lose failed it): close its runs only."""
+    reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
+    resume_dirs, carried = {}, {}
+    for rep in records.replicates(trial):
+        if rep.state == State.COMPLETE:  # a seed that ended is kept, not run again
+            carried[records.replicate_key(rep.seed)] = rep.as_attr()
+            continue
+        runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
+        if rep.output_dir:
+            resume_dirs[str(rep.seed)] = {"output_dir": rep.output_dir, "run_id": rep.run_id}
+    runs.close_trial_run(trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID), State.FAIL, reason, killed)
+    if not records.is_interrupted(trial):
+        say(f"[sweep {name}] t{trial.number} failed: {reason}")
+        return
+    slots.give_back(study, trial, resume_dirs, carried)
+    say(f"[sweep {name}] t{trial.number} was interrupted; its point is queued again")
+
+
+def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
+    """The record of a seed whose job ended without writing one."""
+    return Replicate(
+        seed=seed,
+        state=State.FAIL,
+        value=None,
+        stderr=None,
+        steps_run=started.steps_run if started else 0,
+        baseline=started.baseline if started else None,
+        reason=reason,
+        run_id=started.run_id if started else None,
+    )

@@ -1,0 +1,45 @@
+"""tuned/<study>.yaml: the best trial's composed config, rewritten whenever the study has a
+new best trial, and once more at the end so that its notes carry the final verdict."""
+
+from __future__ import annotations
+
+import optuna
+from omegaconf import DictConfig
+
+from analysis import records
+from analysis.records import TrialAttr
+from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
+from analysis.verdict import study_verdict
+from sweeper.plan.preflight import compose
+from sweeper.plan.settings import SweepSettings
+from sweeper.results.display import say
+
+
+class TunedFile:
+    """The tuned file of one study, and which trial it was last written for."""
+
+    def __init__(
+        self, name: str, settings: SweepSettings, config_loader, config: DictConfig
+    ) -> None:
+        self.name, self.s = name, settings
+        self.config_loader, self.config = config_loader, config
+        self.best_written: int | None = None
+
+    def update(self, study: optuna.Study, rewrite: bool = False) -> None:
+        """Rewrite tuned/<study>.yaml whenever the study has a new best trial (rewrite: even
+        for the same best, as at the end, for the final verdict)."""
+        if rewrite:
+            self.best_written = None
+        best = records.best_trial(study.get_trials(deepcopy=False), self.s.maximize)
+        if best is None or best.number == self.best_written:
+            return
+        overrides = best.user_attrs[TrialAttr.OVERRIDES]
+        cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
+        verdict = study_verdict(study, study.user_attrs, self.s.maximize).text
+        notes = tuned_notes(
+            self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
+        )
+        path = tuned_path(self.name)
+        write_tuned(path, cfg, overrides, notes)
+        self.best_written = best.number
+        say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
