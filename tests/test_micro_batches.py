@@ -130,6 +130,33 @@ def test_chunked_log_probs_and_entropy_equal_the_full_log_softmax(float64_rollou
     assert torch.allclose(chunked_entropy_NT[mask].float(), whole_entropy_NT[mask], atol=1e-5)
 
 
+@pytest.mark.parametrize("head", ["output layer", "logits"])
+def test_the_chunked_backward_is_log_softmaxs_gradient(head, monkeypatch):
+    # ChunkLogprobs' hand-written backward, (onehot - softmax) / temperature through the
+    # output layer or into given logits, against autograd through one log_softmax (float64).
+    torch.manual_seed(0)
+    hidden_NTF = torch.randn(2, 9, 6, dtype=torch.float64, requires_grad=True)
+    weight_VF = torch.randn(40, 6, dtype=torch.float64, requires_grad=True)
+    ids_NT = torch.randint(0, 40, (2, 9))
+    upstream_NT = torch.randn(2, 9, dtype=torch.float64)
+    monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 4 * 40)  # 5 chunks, the last one short
+    features, weight = (hidden_NTF, weight_VF) if head == "output layer" else (None, None)
+    if features is None:
+        features = (hidden_NTF @ weight_VF.T).detach().requires_grad_()
+    logp_NT, entropy_NT = logprobs.chunked_logprobs(features, ids_NT, 0.7, weight, True)
+    wrt = [features] if weight is None else [features, weight]
+    grads = torch.autograd.grad((logp_NT * upstream_NT).sum(), wrt)
+    logits_NTV = features if weight is None else features @ weight.T
+    full_NTV = torch.log_softmax(logits_NTV / 0.7, dim=-1)
+    expected_NT = full_NTV.gather(-1, ids_NT[..., None])[..., 0]
+    expected = torch.autograd.grad((expected_NT * upstream_NT).sum(), wrt)
+    assert torch.allclose(logp_NT, expected_NT, rtol=0, atol=1e-12)
+    assert torch.allclose(entropy_NT, -(full_NTV.exp() * full_NTV).sum(-1), rtol=0, atol=1e-12)
+    assert not entropy_NT.requires_grad  # a statistic
+    for got, want in zip(grads, expected, strict=True):
+        assert torch.allclose(got, want, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize(("value", "shown"), [("0", "0"), ("2.5", "2.5"), ("big", "'big'")])
 def test_a_micro_batch_that_is_not_auto_or_a_count_is_refused_before_any_model_loads(
     composed, value, shown

@@ -41,6 +41,16 @@ def test_the_tiny_model_keeps_its_plain_tokens(tiny_tokenizer):
         PromptRenderer(tiny_tokenizer, chat_template=True)
 
 
+def test_a_batch_of_prompts_renders_as_each_prompt_alone(tiny_tokenizer):
+    renderer = PromptRenderer(tiny_tokenizer)
+    assert renderer("07+45=") == tiny_tokenizer("07+45=").input_ids  # cached before the batch
+    prompts = ["07+45=", "1+2=", "07+45=", "93+8=", "1+2="]
+    assert renderer.render_all(prompts) == [tiny_tokenizer(p).input_ids for p in prompts]
+    assert len(renderer._ids) == 3  # one entry a distinct prompt
+    joined = PromptRenderer(tiny_tokenizer, system_prompt="1+1=")  # not plain text: one by one
+    assert joined.render_all(["3+4=", "5+6="]) == [joined("3+4="), joined("5+6=")]
+
+
 @pytest.mark.real_model
 def test_chat_template_applied_once_with_one_bos(smollm2):
     tokenizer = AutoTokenizer.from_pretrained(smollm2)

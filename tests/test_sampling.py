@@ -5,12 +5,15 @@ tested in tests/test_merged_lora.py."""
 import pytest
 import torch
 from conftest import PROMPTS, learner_kl, moved_adapter
+from transformers.cache_utils import DynamicLayer
 
 from trainer.base import metrics
 from trainer.model import packing
+from trainer.model.kv_cache import PreallocatedLayer
 from trainer.model.policy import collate, token_logprobs
 from trainer.model.rollout import Rollout
 from trainer.rl.step import optimizer_step
+from trainer.sampling import torch_sampler
 from trainer.sampling.model_source import load_policy
 from trainer.sampling.protocol import SamplingSettings
 from trainer.sampling.torch_sampler import INVERSE_CDF_VOCAB, TorchSampler, draw
@@ -82,6 +85,34 @@ def test_completions_stop_at_end_of_sequence_or_max_tokens(composed):
         assert r.finished or len(r.completion_ids) == 5
     assert any(r.finished for r in rollouts)
     assert rollouts[0].prompt_ids == policy.tokenizer(PROMPTS[0]).input_ids
+
+
+def test_decoding_into_a_preallocated_cache_draws_what_the_growing_one_draws(composed, monkeypatch):
+    # make_room's in-place buffers against transformers' cat-per-token cache: the same draws
+    # and log-probs bit for bit, with padded prompts of unequal lengths.
+    policy = load_policy(composed())
+    moved_adapter(policy)
+    prompts = [p for p in [*PROMPTS, PROMPTS[0] * 3] for _ in range(2)]
+    settings = SamplingSettings(max_tokens=12)
+    runs = []
+    for room in (torch_sampler.make_room, lambda cache, room: None):
+        monkeypatch.setattr(torch_sampler, "make_room", room)
+        torch.manual_seed(0)
+        runs.append(TorchSampler(policy).sample(prompts, settings))
+    preallocated, growing = runs
+    assert [r.completion_ids for r in preallocated] == [r.completion_ids for r in growing]
+    assert [r.sampler_logps for r in preallocated] == [r.sampler_logps for r in growing]
+    assert max(len(r.completion_ids) for r in growing) > 2  # it decoded past the first tokens
+
+
+def test_a_preallocated_cache_refuses_more_positions_than_it_has_room_for():
+    layer = DynamicLayer()
+    layer.update(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4))
+    full = PreallocatedLayer(layer, room=1)
+    keys, _ = full.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+    assert keys.shape == (2, 1, 4, 4) and keys[:, :, 3].eq(1).all()
+    with pytest.raises(RuntimeError, match="the cache holds 4 positions, not 5"):
+        full.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
 
 
 def test_shared_prompts_and_small_batches_sample_the_same(composed):

@@ -91,11 +91,27 @@ class PromptRenderer:
         return "off" if self.has_template else "none"
 
     def __call__(self, prompt: Prompt) -> list[int]:
-        key = prompt_key(prompt)
-        ids = self._ids.get(key)
-        if ids is None:
-            ids = self._ids[key] = self._render(prompt)
-        return ids
+        return self.render_all([prompt])[0]
+
+    def render_all(self, prompts: Sequence[Prompt]) -> list[list[int]]:
+        """Each prompt's ids. The plain-text ones not seen before are tokenized in one call:
+        on a small model a call per prompt costs more than the tokenizing."""
+        keys = [prompt_key(prompt) for prompt in prompts]
+        new = {
+            key: prompt for key, prompt in zip(keys, prompts, strict=True) if key not in self._ids
+        }
+        plain = [key for key, prompt in new.items() if self._is_plain_text(prompt)]
+        if plain:
+            batch_ids = self.tokenizer([new[key] for key in plain]).input_ids
+            self._ids.update(zip(plain, batch_ids, strict=True))
+        for key, prompt in new.items():
+            if key not in self._ids:
+                self._ids[key] = self._render(prompt)
+        return [self._ids[key] for key in keys]
+
+    def _is_plain_text(self, prompt: Prompt) -> bool:
+        """A string tokenized as it is: no template, no system prompt (see _render)."""
+        return isinstance(prompt, str) and not self.use_template and self.system_prompt is None
 
     def _render(self, prompt: Prompt) -> list[int]:
         if self._already_rendered(prompt):
@@ -108,7 +124,7 @@ class PromptRenderer:
                     messages, add_generation_prompt=True, tokenize=True, return_dict=False
                 )
             )
-        if isinstance(prompt, str) and self.system_prompt is None:
+        if self._is_plain_text(prompt):
             return self.tokenizer(prompt).input_ids  # exactly what the tiny model was built on
         return self.tokenizer("\n\n".join(m["content"] for m in messages)).input_ids
 

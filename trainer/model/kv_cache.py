@@ -1,14 +1,15 @@
 """Prompts in a KV cache, for the sampler's decoding and the learner's forward alike.
 
 `prefill_shared` runs each distinct prompt once and shares its keys and values with the rows
-that continue it. Its own module, below both users: the policy (trainer/model/policy.py) takes it
-without importing a sampler.
+that continue it; `make_room` then lets decoding append to the cache in place. Its own module,
+below both users: the policy (trainer/model/policy.py) takes it without importing a sampler.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,8 +36,8 @@ def prefill_shared(
     """
     padded = not bool(prompt_mask_DP.all())
     positions_DP = (prompt_mask_DP.cumsum(-1) - 1).clamp(min=0)
-    # A growing cache: transformers' preallocated StaticCache measured slower here, on the
-    # tiny model and at 64 tokens on a 512-wide one.
+    # Not transformers' StaticCache, which measured slower here (tiny model; 64 tokens on a
+    # 512-wide one): it attends over its whole length under a mask. make_room's buffers do not.
     cache = DynamicCache(config=model.config)
     logits_DV = model(
         input_ids=prompt_ids_DP,
@@ -48,3 +49,46 @@ def prefill_shared(
     ).logits[:, -1]
     cache.batch_select_indices(prompt_of_N)
     return logits_DV[prompt_of_N], cache, positions_DP[prompt_of_N, -1:], padded
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A layer's keys and values in a buffer with room for `room` more positions, written in
+    place. DynamicLayer appends with torch.cat, which copies the whole cache at every token:
+    quadratic in the completion's length (a 256-token completion copies the cache 256 times).
+    The layer hands out views of the filled part, the same values the cat would give."""
+
+    def __init__(self, layer: DynamicLayer, room: int) -> None:
+        super().__init__()
+        keys, values = layer.keys, layer.values
+        rows, heads, length, width = keys.shape
+        self.key_buffer = keys.new_empty(rows, heads, length + room, width)
+        self.value_buffer = values.new_empty(rows, heads, length + room, values.shape[-1])
+        self.key_buffer[:, :, :length] = keys
+        self.value_buffer[:, :, :length] = values
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._fill(length)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        start, end = self.length, self.length + key_states.shape[-2]
+        if end > self.key_buffer.shape[-2]:
+            raise RuntimeError(f"the cache holds {self.key_buffer.shape[-2]} positions, not {end}")
+        self.key_buffer[:, :, start:end] = key_states
+        self.value_buffer[:, :, start:end] = value_states
+        self._fill(end)
+        return self.keys, self.values
+
+    def _fill(self, length: int) -> None:
+        self.length = length
+        self.keys = self.key_buffer[:, :, :length]
+        self.values = self.value_buffer[:, :, :length]
+
+
+def make_room(cache: DynamicCache, room: int) -> None:
+    """Decoding from here appends up to `room` positions in place (PreallocatedLayer); layers of
+    other kinds (a sliding window's) keep their own update."""
+    cache.layers = [
+        PreallocatedLayer(layer, room)
+        if type(layer) is DynamicLayer and layer.is_initialized
+        else layer
+        for layer in cache.layers
+    ]

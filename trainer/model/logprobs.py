@@ -3,9 +3,10 @@
 A real model's output layer is wide (SmolLM2: 49,152 tokens): the logits of a step's 16k
 completion tokens take 3 GiB in float32, and the log-softmax, its backward and the entropy as
 much again each. Here the output layer runs on the final hidden states a chunk of tokens at a
-time, each chunk's log-prob is a selective log-softmax (the chosen logit minus the logsumexp),
-and `torch.utils.checkpoint` keeps only the chunk's inputs for the backward, where the chunk's
-logits are computed again: memory holds one chunk's logits, whatever the number of tokens.
+time (`ChunkLogprobs`): the forward keeps each token's log-prob and the chunk's logsumexp, and
+the backward computes the chunk's logits again and turns them into their gradient in place
+(softmax minus the chosen token), so memory holds one chunk's logits whatever the number of
+tokens, and each logit is touched a few times, not once per autograd node.
 
 Tensors of at most one chunk (the tiny model's whole batch) take the plain path, one
 log_softmax over the logits, exactly the arithmetic the trainer has always used.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 # Logits one chunk holds: 64 MiB in float32 (1,365 tokens of a 49,152-token vocabulary).
 CHUNK_ELEMENTS = 1 << 24
@@ -74,38 +74,70 @@ def chunked_logprobs(
     num_rows, steps, width = features_NTF.shape
     vocab_size = width if weight_VF is None else weight_VF.shape[0]
     flat_KF, ids_K = features_NTF.reshape(-1, width), ids_NT.reshape(-1)
-    differentiable = torch.is_grad_enabled() and (
-        flat_KF.requires_grad or (weight_VF is not None and weight_VF.requires_grad)
-    )
     rows = max(1, CHUNK_ELEMENTS // vocab_size)
     logp, entropy = [], []
     for start in range(0, len(ids_K), rows):
-        args = (flat_KF[start : start + rows], weight_VF, ids_K[start : start + rows])
-        if differentiable:  # keep the chunk's inputs, not its logits, for the backward
-            out = checkpoint(_chunk, *args, temperature, with_entropy, use_reentrant=False)
-        else:
-            out = _chunk(*args, temperature, with_entropy)
-        logp.append(out[0])
-        entropy.append(out[1])
+        logp_K, entropy_K = ChunkLogprobs.apply(
+            flat_KF[start : start + rows],
+            weight_VF,
+            ids_K[start : start + rows],
+            temperature,
+            with_entropy,
+        )
+        logp.append(logp_K)
+        entropy.append(entropy_K)
     logp_NT = torch.cat(logp).view(num_rows, steps)
     entropy_NT = torch.cat(entropy).view(num_rows, steps) if with_entropy else None
     return logp_NT, entropy_NT
 
 
-def _chunk(
-    features_KF: torch.Tensor,
-    weight_VF: torch.Tensor | None,
-    ids_K: torch.Tensor,
-    temperature: float,
-    with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    logits_KV = features_KF if weight_VF is None else F.linear(features_KF, weight_VF)
-    logits_KV = scored(logits_KV, temperature)
-    lse_K = torch.logsumexp(logits_KV, dim=-1)
-    logp_K = logits_KV.gather(-1, ids_K[:, None])[:, 0] - lse_K
-    entropy_K = None
-    if with_entropy:  # a statistic: no gradient. -sum p log p, not logsumexp - E_p[logit],
-        with torch.no_grad():  # whose two large terms cancel to float32's cost
-            logp_KV = logits_KV.detach() - lse_K.detach()[:, None]
-            entropy_K = -(logp_KV.exp() * logp_KV).sum(-1)
-    return logp_K, entropy_K
+class ChunkLogprobs(torch.autograd.Function):
+    """One chunk: log p(token) = logit[token] - logsumexp(logits), with the entropy beside it
+    (a statistic, no gradient). Saved for the backward: the chunk's inputs and its logsumexp,
+    not its logits; d log p / d logits = (onehot(token) - softmax) / temperature."""
+
+    @staticmethod
+    def forward(ctx, features_KF, weight_VF, ids_K, temperature, with_entropy):
+        logits_KV = _logits(features_KF, weight_VF, temperature)
+        logp_KV = torch.log_softmax(logits_KV, dim=-1)
+        logp_K = logp_KV.gather(-1, ids_K[:, None])[:, 0]
+        lse_K = logits_KV.gather(-1, ids_K[:, None])[:, 0] - logp_K
+        entropy_K = None
+        if with_entropy:  # -sum p log p, not logsumexp - E_p[logit], whose two large terms
+            # cancel to float32's cost (and not a bmm, which sums less exactly on a CPU)
+            entropy_K = -logp_KV.exp().mul_(logp_KV).sum(-1)
+            ctx.mark_non_differentiable(entropy_K)
+        ctx.save_for_backward(features_KF, weight_VF, ids_K, lse_K)
+        ctx.temperature = temperature
+        return logp_K, entropy_K
+
+    @staticmethod
+    def backward(ctx, grad_logp_K, _grad_entropy_K):
+        features_KF, weight_VF, ids_K, lse_K = ctx.saved_tensors
+        with torch.no_grad():
+            logits_KV = _logits(features_KF, weight_VF, ctx.temperature)
+            if logits_KV.data_ptr() == features_KF.data_ptr():  # the logits are the input
+                logits_KV = logits_KV.clone()
+            # In place, one buffer: softmax, then -grad * softmax, then + grad at the token.
+            grad_KV = logits_KV.sub_(lse_K[:, None]).exp_().mul_(-grad_logp_K[:, None])
+            grad_KV.scatter_add_(-1, ids_K[:, None], grad_logp_K[:, None])
+            if ctx.temperature != 1:
+                grad_KV.div_(ctx.temperature)
+            grad_features = grad_weight = None
+            if weight_VF is None:
+                grad_features = grad_KV.to(features_KF.dtype)
+            else:
+                grad_KV = grad_KV.to(weight_VF.dtype)
+                if ctx.needs_input_grad[0]:
+                    grad_features = grad_KV @ weight_VF
+                if ctx.needs_input_grad[1]:
+                    grad_weight = grad_KV.T @ features_KF
+        return grad_features, grad_weight, None, None, None
+
+
+def _logits(
+    features_KF: torch.Tensor, weight_VF: torch.Tensor | None, temperature: float
+) -> torch.Tensor:
+    return scored(
+        features_KF if weight_VF is None else F.linear(features_KF, weight_VF), temperature
+    )

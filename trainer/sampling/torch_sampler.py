@@ -19,7 +19,7 @@ from transformers.generation import (
 )
 
 from trainer.env.prompts import Prompt, PromptRenderer
-from trainer.model.kv_cache import left_pad, prefill_shared
+from trainer.model.kv_cache import left_pad, make_room, prefill_shared
 from trainer.model.rollout import Rollout
 from trainer.sampling.protocol import SamplingSettings
 
@@ -60,7 +60,7 @@ class TorchSampler:
 
     @torch.inference_mode()  # less per-op bookkeeping than no_grad; only lists leave it
     def sample(self, prompts: list[Prompt], settings: SamplingSettings) -> list[Rollout]:
-        ids_N = [tuple(self.renderer(prompt)) for prompt in prompts]  # rendered once, cached
+        ids_N = [tuple(ids) for ids in self.renderer.render_all(prompts)]  # each rendered once
         row_of = {ids: d for d, ids in enumerate(dict.fromkeys(ids_N))}
         ids_D = [list(ids) for ids in row_of]
         rows_N = [row_of[ids] for ids in ids_N]
@@ -143,6 +143,7 @@ def decode(
     logits_NV, cache, position_N1, padded = prefill_shared(
         model, input_ids_DP, attention_mask_DP, prompt_rows_N
     )
+    make_room(cache, settings.max_tokens - 1)  # the last token drawn is never fed back
     mask_NL = attention_mask_DP[prompt_rows_N]
     seen_NL = input_ids_DP[prompt_rows_N]  # what the repetition penalty looks at
     ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DP.device)

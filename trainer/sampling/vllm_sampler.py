@@ -67,7 +67,7 @@ class VLLMSampler:
             logprobs=0,  # the sampled token's log-prob only
         )
         tok = self.policy.tokenizer
-        prompt_ids = [self.renderer(p) for p in prompts]
+        prompt_ids = self.renderer.render_all(prompts)
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(requests, params, lora_request=self._lora, use_tqdm=False)
         rollouts = []
