@@ -15,7 +15,8 @@ log_softmax over the logits, exactly the arithmetic the trainer has always used.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from trainer.model.cpu_linear import linear, onednn_linear, takes_onednn
 
 # Logits one chunk holds: 64 MiB in float32 (1,365 tokens of a 49,152-token vocabulary).
 CHUNK_ELEMENTS = 1 << 24
@@ -128,7 +129,9 @@ class ChunkLogprobs(torch.autograd.Function):
                 grad_features = grad_KV.to(features_KF.dtype)
             else:
                 grad_KV = grad_KV.to(weight_VF.dtype)
-                if ctx.needs_input_grad[0]:
+                if ctx.needs_input_grad[0] and takes_onednn(grad_KV, weight_VF):
+                    grad_features = onednn_linear(grad_KV, weight_VF.T)
+                elif ctx.needs_input_grad[0]:
                     grad_features = grad_KV @ weight_VF
                 if ctx.needs_input_grad[1]:
                     grad_weight = grad_KV.T @ features_KF
@@ -138,6 +141,4 @@ class ChunkLogprobs(torch.autograd.Function):
 def _logits(
     features_KF: torch.Tensor, weight_VF: torch.Tensor | None, temperature: float
 ) -> torch.Tensor:
-    return scored(
-        features_KF if weight_VF is None else F.linear(features_KF, weight_VF), temperature
-    )
+    return scored(features_KF if weight_VF is None else linear(features_KF, weight_VF), temperature)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from peft import PeftModel
 from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
+
+from trainer.model.cpu_linear import linear, onednn_linear, takes_onednn, use_onednn
 
 
 class MergedLoRA:
@@ -50,6 +51,7 @@ class MergedLoRA:
                 parent, _, leaf = name.rpartition(".")
                 owner = self.model.get_submodule(parent)
                 setattr(owner, leaf, MergedLoRALinear(getattr(owner, leaf), layer, adapter))
+        use_onednn(self.model)  # its plain linear layers (the output layer), on a CPU
         self.modules = list(self.model.modules())  # to switch train/eval without a tree walk
         self.adapter_versions: tuple[int, ...] | None = None
         self.stale = True  # set by Policy.weights_changed after every optimizer step
@@ -149,7 +151,7 @@ class MergedLoRAFunction(torch.autograd.Function):
             x2 = x.reshape(-1, x.shape[-1])
             out = x2 @ weight if bias is None else torch.addmm(bias, x2, weight)
             return out.view(*x.shape[:-1], weight.shape[1])
-        return F.linear(x, weight, bias)
+        return linear(x, weight, bias)  # grad is off here: oneDNN's product where it applies
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -158,7 +160,10 @@ class MergedLoRAFunction(torch.autograd.Function):
         g = grad_out.reshape(-1, grad_out.shape[-1])  # tokens x out, one copy if strided
         x2 = x.reshape(-1, x.shape[-1])
         if ctx.needs_input_grad[0]:  # a 2-D mm: a strided 3-D grad_out would take a bmm
-            grad_x = torch.mm(g, weight.T if ctx.fan_in_fan_out else weight)
+            if not ctx.fan_in_fan_out and takes_onednn(g, weight):
+                grad_x = onednn_linear(g, weight.T)  # g W, as a linear layer of weight W^T
+            else:
+                grad_x = torch.mm(g, weight.T if ctx.fan_in_fan_out else weight)
             grad_x = grad_x.view(*grad_out.shape[:-1], grad_x.shape[-1])
         # Both products reduce over the tokens into rank-wide results. MKL is up to 9x slower
         # at g^T (x A^T), out x r, than at its transpose (x A^T)^T g, r x out (bench/BENCHMARKS.md).
