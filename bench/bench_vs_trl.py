@@ -255,6 +255,7 @@ TRAINERS = {
     "trl-defaults": run_trl_defaults,
     "before": run_ours,
     "before-equal": run_ours_equal,
+    "ours-blas": run_ours,  # ours with every linear layer on torch's own path (cpu_linear.py)
 }
 
 
@@ -280,6 +281,8 @@ def one_run(trainer: str, path: Path, args: argparse.Namespace, steps: int) -> d
     env = dict(os.environ)
     if trainer.startswith("before"):  # an older checkout's trainer package, first on the path
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))
+    if trainer == "ours-blas":
+        env["GRPO_SWEEPER_ONEDNN"] = "0"
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{trainer} run failed:\n{done.stderr[-3000:]}")
@@ -317,7 +320,8 @@ def main() -> None:
         help="ours: the defaults; ours-equal: without the post-update KL, which TRL does not "
         "compute; trl: TRL without gradient checkpointing (equal work); trl-defaults: TRL as "
         "configured by default (gradient checkpointing on); before, before-equal: ours and "
-        "ours-equal from the checkout at --before",
+        "ours-equal from the checkout at --before; ours-blas: ours with every linear layer "
+        "on torch's own matmul (GRPO_SWEEPER_ONEDNN=0)",
     )
     parser.add_argument(
         "--before",
@@ -398,6 +402,8 @@ def main() -> None:
         report["ratio_to_before"] = {
             new: round_ratios(runs[new], runs[old]) for new, old in changed.items()
         }
+    if "ours" in runs and "ours-blas" in runs:  # what oneDNN's matmuls bought
+        report["ratio_to_ours_blas"] = {"ours": round_ratios(runs["ours"], runs["ours-blas"])}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"vs_trl_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k == "median" or k.startswith("ratio")}))

@@ -1,6 +1,10 @@
 """Helpers shared by the tests: composing the real conf/, recording a run's metrics, a free
 local port, running a sweep in a folder of its own, and a policy's adapter and log-probs.
-Fixtures, so each test gets its own copy pointed at its own tmp_path."""
+Fixtures, so each test gets its own copy pointed at its own tmp_path.
+
+Test files are named by what they pin: a module's own rules by its name (test_losses.py,
+test_cpu_linear.py), a behaviour across modules by the behaviour (test_preemption.py,
+test_scale_out.py, test_racing_sweeps.py); each test function says the behaviour it checks."""
 
 from __future__ import annotations
 

@@ -3,30 +3,38 @@
 torch's CPU wheel runs a float32 `F.linear` / `torch.mm` through MKL, and MKL on a CPU that is
 not Intel's takes its generic AVX2 code. oneDNN, in the same wheel (the kernels torch.compile
 uses for linear layers on a CPU, `torch.ops.mkldnn._linear_pointwise`), uses the AVX-512 the CPU
-has: on this project's AMD EPYC machines it is 2.0-2.6x faster at a real model's shapes, in
-float32, to float32's rounding (bench/BENCHMARKS.md). `linear` takes it wherever it applies:
-the sampler's decoding, the learner's merged layers (trainer/model/merged_lora.py), the output
-layer's chunks (trainer/model/logprobs.py); `use_onednn` switches a model's own nn.Linear layers.
+has: on this project's AMD EPYC (Zen 5) machines it is about twice as fast at a real model's
+shapes, in float32, to float32's rounding (measured in bench/BENCHMARKS.md). `linear` takes it
+wherever it applies: the sampler's decoding, the learner's merged layers
+(trainer/model/merged_lora.py), the output layer's chunks (trainer/model/logprobs.py);
+`use_onednn` switches a model's own nn.Linear layers.
 
 Weights under MIN_WEIGHT_ELEMENTS stay on torch's path: there the call's overhead is what
-counts, and every recorded tiny-model result was made there, bit for bit.
+counts, and every recorded tiny-model result was made there, bit for bit. GRPO_SWEEPER_ONEDNN=0
+in the environment keeps every layer on torch's path (to compare, or to rule oneDNN out).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
 
 MIN_WEIGHT_ELEMENTS = 1 << 16  # the tiny model's largest weight is 128 x 256 = 32,768
-AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+AVAILABLE = (
+    os.environ.get("GRPO_SWEEPER_ONEDNN", "1") != "0"
+    and torch.backends.mkldnn.is_available()
+    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+)
 
 
 def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (
+    return (  # the size first: a small model's layers are turned away at once
         AVAILABLE
+        and weight.numel() >= MIN_WEIGHT_ELEMENTS
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
-        and weight.numel() >= MIN_WEIGHT_ELEMENTS
     )
 
 
