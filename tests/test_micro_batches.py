@@ -215,6 +215,8 @@ def test_on_smollm2_the_output_layer_in_chunks_gives_the_full_log_softmaxs_gradi
         results.append((update, grads, len(pieces(prepared.batch, rows, budget))))
     (whole, whole_grads, one), (split, split_grads, num_pieces) = results
     assert one == 1 and num_pieces >= 2
+    with policy.learner() as model:  # the chunks run on hidden states, not on full logits
+        assert logprobs.plain_output_layer(model) is model.get_output_embeddings()
     assert split["entropy"] == pytest.approx(whole["entropy"], rel=1e-4)
     # (the loss itself is ~0 here: advantages sum to 0 in a group and every ratio is 1)
     assert split["loss"] == pytest.approx(whole["loss"], abs=1e-5)

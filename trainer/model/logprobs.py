@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.model.cpu_linear import linear, onednn_linear, takes_onednn
+from trainer.model.cpu_linear import OneDNNLinear, linear, onednn_linear, takes_onednn
 
 # Logits one chunk holds: 64 MiB in float32 (1,365 tokens of a 49,152-token vocabulary).
 CHUNK_ELEMENTS = 1 << 24
@@ -40,7 +40,7 @@ def plain_output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
     without bias, in a family that adds nothing after it); else None, and the model's own
     logits are scored, still in chunks."""
     head = model.get_output_embeddings()
-    plain = type(head) is torch.nn.Linear and head.bias is None
+    plain = type(head) in (torch.nn.Linear, OneDNNLinear) and head.bias is None
     return head if plain and model.config.model_type in PLAIN_HEAD_FAMILIES else None
 
 
