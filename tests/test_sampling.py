@@ -113,6 +113,8 @@ def test_a_preallocated_cache_refuses_more_positions_than_it_has_room_for():
     assert keys.shape == (2, 1, 4, 4) and keys[:, :, 3].eq(1).all()
     with pytest.raises(RuntimeError, match="the cache holds 4 positions, not 5"):
         full.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+    with pytest.raises(NotImplementedError, match="only appends"):  # would leave its buffer
+        full.batch_select_indices(torch.tensor([0]))
 
 
 def test_shared_prompts_and_small_batches_sample_the_same(composed):

@@ -11,7 +11,9 @@ wherever it applies: the sampler's decoding, the learner's merged layers
 
 Weights under MIN_WEIGHT_ELEMENTS stay on torch's path: there the call's overhead is what
 counts, and every recorded tiny-model result was made there, bit for bit. GRPO_SWEEPER_ONEDNN=0
-in the environment keeps every layer on torch's path (to compare, or to rule oneDNN out).
+in the environment keeps every layer on torch's path (to compare, or to rule oneDNN out), as
+does `torch.backends.mkldnn.enabled = False`. oneDNN follows torch's float32 matmul precision:
+`torch.set_float32_matmul_precision("medium")` lets it use bfloat16 where the CPU has it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 MIN_WEIGHT_ELEMENTS = 1 << 16  # the tiny model's largest weight is 128 x 256 = 32,768
 AVAILABLE = (
@@ -35,6 +38,7 @@ def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and weight.numel() >= MIN_WEIGHT_ELEMENTS
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
+        and torch.backends.mkldnn.enabled  # a user's switch for oneDNN, read at each call
     )
 
 
@@ -67,6 +71,7 @@ class OneDNNLinearFunction(torch.autograd.Function):
         return onednn_linear(x, weight, bias)
 
     @staticmethod
+    @once_differentiable  # oneDNN's op has no derivative of its own
     def backward(ctx, grad_out):
         x, weight = ctx.saved_tensors
         grad_x = grad_weight = grad_bias = None

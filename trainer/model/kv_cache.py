@@ -77,6 +77,12 @@ class PreallocatedLayer(DynamicLayer):
         self._fill(end)
         return self.keys, self.values
 
+    def _refuse(self, *args, **kwargs) -> None:
+        raise NotImplementedError("a preallocated cache only appends (make_room is for decoding)")
+
+    # DynamicLayer's reshaping would replace the views and leave the buffers behind.
+    crop = batch_select_indices = batch_repeat_interleave = reorder_cache = _refuse
+
     def _fill(self, length: int) -> None:
         self.length = length
         self.keys = self.key_buffer[:, :, :length]

@@ -15,6 +15,7 @@ log_softmax over the logits, exactly the arithmetic the trainer has always used.
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from trainer.model.cpu_linear import OneDNNLinear, linear, onednn_linear, takes_onednn
 
@@ -103,6 +104,7 @@ class ChunkLogprobs(torch.autograd.Function):
         logp_KV = torch.log_softmax(logits_KV, dim=-1)
         logp_K = logp_KV.gather(-1, ids_K[:, None])[:, 0]
         lse_K = logits_KV.gather(-1, ids_K[:, None])[:, 0] - logp_K
+        del logits_KV  # one chunk-sized tensor fewer while the entropy is summed
         entropy_K = None
         if with_entropy:  # -sum p log p, not logsumexp - E_p[logit], whose two large terms
             # cancel to float32's cost (and not a bmm, which sums less exactly on a CPU)
@@ -113,6 +115,7 @@ class ChunkLogprobs(torch.autograd.Function):
         return logp_K, entropy_K
 
     @staticmethod
+    @once_differentiable  # the backward's own graph is not kept: no second derivative
     def backward(ctx, grad_logp_K, _grad_entropy_K):
         features_KF, weight_VF, ids_K, lse_K = ctx.saved_tensors
         with torch.no_grad():
