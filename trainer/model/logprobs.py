@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from trainer.model.cpu_linear import OneDNNLinear, linear, onednn_linear, takes_onednn
+from trainer.model.cpu_linear import OneDNNLinear, linear
 
 # Logits one chunk holds: 64 MiB in float32 (1,365 tokens of a 49,152-token vocabulary).
 CHUNK_ELEMENTS = 1 << 24
@@ -132,10 +132,8 @@ class ChunkLogprobs(torch.autograd.Function):
                 grad_features = grad_KV.to(features_KF.dtype)
             else:
                 grad_KV = grad_KV.to(weight_VF.dtype)
-                if ctx.needs_input_grad[0] and takes_onednn(grad_KV, weight_VF):
-                    grad_features = onednn_linear(grad_KV, weight_VF.T)
-                elif ctx.needs_input_grad[0]:
-                    grad_features = grad_KV @ weight_VF
+                if ctx.needs_input_grad[0]:  # grad W, a linear layer of weight W^T
+                    grad_features = linear(grad_KV, weight_VF.T)
                 if ctx.needs_input_grad[1]:
                     grad_weight = grad_KV.T @ features_KF
         return grad_features, grad_weight, None, None, None

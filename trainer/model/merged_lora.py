@@ -16,7 +16,7 @@ from peft import PeftModel
 from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
 
-from trainer.model.cpu_linear import linear, onednn_linear, takes_onednn, use_onednn
+from trainer.model.cpu_linear import linear, use_onednn
 
 
 class MergedLoRA:
@@ -160,10 +160,8 @@ class MergedLoRAFunction(torch.autograd.Function):
         g = grad_out.reshape(-1, grad_out.shape[-1])  # tokens x out, one copy if strided
         x2 = x.reshape(-1, x.shape[-1])
         if ctx.needs_input_grad[0]:  # a 2-D mm: a strided 3-D grad_out would take a bmm
-            if not ctx.fan_in_fan_out and takes_onednn(g, weight):
-                grad_x = onednn_linear(g, weight.T)  # g W, as a linear layer of weight W^T
-            else:
-                grad_x = torch.mm(g, weight.T if ctx.fan_in_fan_out else weight)
+            # g M^T as a linear layer (oneDNN's product where it applies): of weight W' = M^T
+            grad_x = linear(g, weight if ctx.fan_in_fan_out else weight.T)
             grad_x = grad_x.view(*grad_out.shape[:-1], grad_x.shape[-1])
         # Both products reduce over the tokens into rank-wide results. MKL is up to 9x slower
         # at g^T (x A^T), out x r, than at its transpose (x A^T)^T g, r x out (bench/BENCHMARKS.md).
