@@ -8,8 +8,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from trainer.backends.logged_run import train_and_log
 from trainer.base.config import config_dir
-from trainer.run.logged_run import train_and_log
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")

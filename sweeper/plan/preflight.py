@@ -19,7 +19,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sweeper import SweepError
 from sweeper.plan.space import SearchSpace, Value
-from trainer.run.validation import ConfigError, validate
+from trainer.backends import validate
+from trainer.base.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
+from trainer.backends import train
+from trainer.backends.logged_run import train_and_log
 from trainer.base.errors import fail_reason
 from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import Breach, HealthMonitor, rules_from_settings
 from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.run.database import DatabaseUnreachable, set_retry_window
-from trainer.run.logged_run import train_and_log
 from trainer.run.sweep_job import training_config
 from trainer.run.tracking import MLflowRun, tracking_client
-from trainer.run.train import train
 
 # --- stopping a trial early ------------------------------------------------------
 # Health rules (trainer/rl/health.py) are our own: Optuna's `trial.report` takes one value per

@@ -68,6 +68,25 @@ class SamplerConfig:
     gpu_memory_utilization: float = 0.3  # vllm only: share of GPU memory for its KV cache
 
 
+BACKENDS = ("ours", "trl")  # backend.name: the GRPO trainer a run (or a sweep trial) uses
+
+
+@dataclass
+class BackendConfig:
+    """Which GRPO trainer runs: ours (this package) or TRL's GRPOTrainer (trainer/backends/).
+
+    The sweeper, the records and the verdict do not care which: a backend is
+    `train(cfg, reporter)` (trainer/backends/__init__.py).
+    """
+
+    name: str = "ours"  # one of BACKENDS
+    # Processes one run spans (launched through torch.distributed's launcher); trl only.
+    processes: int = 1
+    # TRL only: GRPOConfig options passed through as they are (backend.grpo.use_vllm=true);
+    # one that a key of ours already sets is refused (README, "Sweeping a TRL run").
+    grpo: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class TrainConfig:
     # --- groups (one per axis of variation) ---
@@ -75,6 +94,7 @@ class TrainConfig:
     task: Any = MISSING  # a task built by `_target_` (see conf/task/)
     loss: LossConfig = field(default_factory=LossConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
 
     # --- optimisation ---
     # Measured on the tiny model (bench/README.md): 2e-3 lifts held-out reward from ~0.24 to
@@ -177,3 +197,4 @@ def register_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="loss", name="loss_schema", node=LossConfig)
     cs.store(group="sampler", name="sampler_schema", node=SamplerConfig)
+    cs.store(group="backend", name="backend_schema", node=BackendConfig)

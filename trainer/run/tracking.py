@@ -53,6 +53,23 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
     return flat
 
 
+def backend_params(cfg: DictConfig) -> dict[str, Any]:
+    """Which trainer ran: `backend` (ours|trl), its package's version, and the processes one
+    run spans; recorded on every training run so a sweep's runs say what trained them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    package = {"trl": "trl"}.get(cfg.backend.name, "grpo-sweeper")
+    try:
+        backend_version = version(package)
+    except PackageNotFoundError:  # a source tree run without installing it
+        backend_version = "unknown"
+    return {
+        "backend": cfg.backend.name,
+        "backend_version": backend_version,
+        "world_size": cfg.backend.processes,
+    }
+
+
 def check_tracking_uri(uri: str | None = None) -> str:
     """Fail in one line, before any run starts, when the tracking store cannot be used.
 
@@ -221,7 +238,7 @@ class MLflowRun:
 
     def log_training_config(self, cfg: DictConfig) -> None:
         """Every resolved hyperparameter as a param, and the whole config as config.yaml."""
-        self.log_params(hyperparameters(cfg))
+        self.log_params({**hyperparameters(cfg), **backend_params(cfg)})
         self.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
     def end(self, status: str = "FINISHED") -> None:

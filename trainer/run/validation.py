@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from trainer.base.config import BACKENDS
 from trainer.base.errors import ConfigError
 from trainer.base.metrics import is_finite_number
 from trainer.rl.losses import LOSSES
@@ -39,6 +40,7 @@ def _require(ok: bool, name: str, value: Any, rule: str) -> None:
 def validate(cfg: DictConfig) -> list[str]:
     """Raise ConfigError on the first impossible setting; return warnings for odd ones."""
     warnings: list[str] = []
+    _check_backend(cfg)
     _check_sampling(cfg)
     _check_batch(cfg)
     _check_learner_memory(cfg)
@@ -48,6 +50,26 @@ def validate(cfg: DictConfig) -> list[str]:
     _check_paths(cfg)
     _check_task(cfg)
     return warnings
+
+
+def _check_backend(cfg: DictConfig) -> None:
+    """The checks every backend shares; a backend's own follow (trainer/backends/)."""
+    name = cfg.backend.name
+    _require(name in BACKENDS, "backend.name", name, f"must be one of {BACKENDS}")
+    processes = cfg.backend.processes
+    _require(processes >= 1, "backend.processes", processes, "must be >= 1")
+    _require(
+        name != "ours" or processes == 1,
+        "backend.processes",
+        processes,
+        "backend=ours trains in one process: use backend=trl for a run over several",
+    )
+    _require(
+        name != "ours" or not cfg.backend.grpo,
+        "backend.grpo",
+        dict(cfg.backend.grpo),
+        "TRL's GRPOConfig options apply to backend=trl only",
+    )
 
 
 def _check_sampling(cfg: DictConfig) -> None:

@@ -11,7 +11,8 @@ import sys
 
 from omegaconf import DictConfig
 
-from trainer.run.validation import ConfigError, validate
+from trainer.backends import validate
+from trainer.base.errors import ConfigError
 
 log = logging.getLogger("trainer")
 
@@ -33,9 +34,9 @@ def train_and_log(cfg: DictConfig) -> float:
     except ConfigError as e:
         sys.exit(f"error: {e}")
     # Loaded once the settings hold, so a bad one fails before seconds of imports.
+    from trainer.backends import train
     from trainer.env.rewards import RewardError
     from trainer.run.tracking import MLflowReporter, MLflowRun, check_tracking_uri
-    from trainer.run.train import train
 
     try:
         check_tracking_uri()
