@@ -23,13 +23,11 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from analysis.records import Role, StudyAttr, Tag
+from analysis.records import ConfigMetric, Role, StudyAttr, Tag
 
 MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
-CONFIG_OBJECTIVE = (
-    "objective/mean"  # a configuration run's mean objective (sweeper/results/runs.py)
-)
+CONFIG_OBJECTIVE = ConfigMetric.OBJECTIVE_MEAN
 
 
 def runs_view_url(

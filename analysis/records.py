@@ -55,6 +55,13 @@ class State:
     RUNNING = "RUNNING"  # a seed's record while it trains (its run id and output folder)
 
 
+class ConfigMetric:
+    """MLflow metrics of a configuration's run (hydra.sweeper.seeds > 1), beside its seeds'."""
+
+    OBJECTIVE_MEAN = "objective/mean"  # the mean objective over its seeds
+    SEEDS_ENDED = "seeds/ended"  # how many of its seeds ended
+
+
 # MLflow's run status for each outcome: a pruned run was stopped on purpose.
 RUN_STATUS = {State.COMPLETE: "FINISHED", State.PRUNED: "KILLED", State.FAIL: "FAILED"}
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from trainer.base.metrics import EVAL_REWARD
+
 
 class Sampler(str, Enum):
     auto = "auto"  # only discrete choices -> grid (each combination once), any range -> tpe
@@ -46,7 +48,7 @@ class GRPOSweeperConf:
     sampler: Sampler = Sampler.auto
     seed: int | None = None  # seeds tpe/random/gp/cmaes; the grid order is always fixed
     direction: Direction = Direction.maximize
-    objective: str = "eval/reward/mean"  # metric returned by a trial: its last value
+    objective: str = EVAL_REWARD  # metric returned by a trial: its last value
     n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.

@@ -19,7 +19,16 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
 from analysis.mlflow_ui import study_link
-from analysis.records import RUN_STATUS, Role, State, Tag, TrialAttr, absolute_url, trial_note
+from analysis.records import (
+    RUN_STATUS,
+    ConfigMetric,
+    Role,
+    State,
+    Tag,
+    TrialAttr,
+    absolute_url,
+    trial_note,
+)
 from analysis.text import show
 from trainer.run.tracking import MLflowRun, tracking_client
 
@@ -75,8 +84,8 @@ def close_config_run(run_id: str, outcome: Any, seeds: Sequence[Any]) -> None:
     """The configuration's mean objective and seeds, then its ending (as a trial run's)."""
     client = tracking_client(tracking_uri())
     if outcome.value is not None:
-        client.log_metric(run_id, "objective/mean", outcome.value)
-    client.log_metric(run_id, "seeds/ended", len(seeds))
+        client.log_metric(run_id, ConfigMetric.OBJECTIVE_MEAN, outcome.value)
+    client.log_metric(run_id, ConfigMetric.SEEDS_ENDED, len(seeds))
     close_trial_run(run_id, outcome.state, outcome.reason, client=client)
 
 
@@ -158,7 +167,7 @@ def trials_csv(trials: Sequence[FrozenTrial]) -> str:
     names = sorted({k for t in trials for k in t.params})
     out = io.StringIO()
     writer = csv.writer(out)
-    header = ["number", "state", "value", *names, TrialAttr.STEPS_RUN, "note", "mlflow_run_id"]
+    header = ["number", "state", "value", *names, TrialAttr.STEPS_RUN, "note", TrialAttr.MLFLOW_RUN_ID]
     writer.writerow(header)
     for t in trials:
         params = [t.params.get(n, "") for n in names]

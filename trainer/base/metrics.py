@@ -33,6 +33,12 @@ GROUPS_MIXED = "groups/frac_mixed"
 GROUPS_ALL_GOOD = "groups/frac_all_good"
 GROUPS_ALL_BAD = "groups/frac_all_bad"
 
+# The async pipeline's rollouts: how many updates old the trained ones were, and how many were
+# discarded as older than max_steps_off_policy.
+ASYNC_STALE_MEAN = "async/stale_mean"
+ASYNC_STALE_MAX = "async/stale_max"
+ASYNC_DISCARDED = "async/discarded"
+
 # Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's
 # standard error over problems sits beside it (`stderr_of`).
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)

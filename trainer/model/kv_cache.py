@@ -7,9 +7,28 @@ below both users: the policy (trainer/model/policy.py) takes it without importin
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Any
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
+    """The forward keyword that hands `model` a KV cache: `cache` where transformers renamed
+    it (5.x warns on every call with the old name, which 5.40 removes), else
+    `past_key_values`. A PEFT model passes keywords through to its base model, whose name
+    counts."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_keyword(type(base)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +62,7 @@ def prefill_shared(
         input_ids=prompt_ids_DP,
         attention_mask=prompt_mask_DP if padded else None,
         position_ids=positions_DP,
-        past_key_values=cache,
+        **with_cache(model, cache),
         use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1]

@@ -25,7 +25,7 @@ from transformers import (
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from trainer.model import logprobs, packing
-from trainer.model.kv_cache import left_pad, prefill_shared
+from trainer.model.kv_cache import left_pad, prefill_shared, with_cache
 from trainer.model.merged_lora import MergedLoRA
 from trainer.model.rollout import Rollout
 
@@ -278,12 +278,17 @@ def completion_hidden(
         )
     if steps == 0:
         return first_NV, first_NV.new_zeros(len(first_NV), 0, decoder.config.hidden_size)
-    rest = decoder(**completion_inputs(batch, inputs_NT, cache, last_N1, padded))
+    rest = decoder(**completion_inputs(decoder, batch, inputs_NT, cache, last_N1, padded))
     return first_NV, rest.last_hidden_state
 
 
 def completion_inputs(
-    batch: TokenBatch, inputs_NT: torch.Tensor, cache, last_N1: torch.Tensor, padded: bool
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    inputs_NT: torch.Tensor,
+    cache,
+    last_N1: torch.Tensor,
+    padded: bool,
 ) -> dict:
     """The completions' forward after the shared prompts' prefill. Right padding of the
     completions needs no mask: under the causal mask no real token sees a later pad. Only
@@ -298,7 +303,7 @@ def completion_inputs(
         input_ids=inputs_NT,
         attention_mask=attention_mask,
         position_ids=last_N1 + steps_T,
-        past_key_values=prompt_cache(cache),
+        **with_cache(model, prompt_cache(cache)),
         use_cache=True,
     )
 
@@ -314,5 +319,5 @@ def shared_prefix_logits(
         )
     if inputs_NT.shape[1] == 0:
         return first_NV[:, None]
-    rest_NTV = model(**completion_inputs(batch, inputs_NT, cache, last_N1, padded)).logits
+    rest_NTV = model(**completion_inputs(model, batch, inputs_NT, cache, last_N1, padded)).logits
     return torch.cat([first_NV[:, None], rest_NTV], dim=1)

@@ -25,6 +25,7 @@ from typing import Protocol
 
 import torch
 
+from trainer.base import metrics as metrics_names
 from trainer.env.tasks import Problem
 from trainer.model.policy import Policy, collate
 from trainer.rl.pipeline_settings import groups_per_batch
@@ -41,8 +42,6 @@ from trainer.rl.step import (
     train_on_groups,
 )
 from trainer.sampling.factory import make_sampler
-
-STALE_MEAN, STALE_MAX, DISCARDED = "async/stale_mean", "async/stale_max", "async/discarded"
 
 
 class Pipeline(Protocol):
@@ -121,7 +120,10 @@ def split_by_age(
 
 def staleness(groups: Groups, learner_version: int) -> dict[str, float]:
     ages = [learner_version - v for v in groups.versions_P]
-    return {STALE_MEAN: sum(ages) / len(ages), STALE_MAX: float(max(ages))}
+    return {
+        metrics_names.ASYNC_STALE_MEAN: sum(ages) / len(ages),
+        metrics_names.ASYNC_STALE_MAX: float(max(ages)),
+    }
 
 
 class AsyncPipeline:
@@ -197,7 +199,7 @@ class AsyncPipeline:
         with self.weights:  # the sampler's next groups come from the updated policy
             _copy_trainable(self.policy.model, self.sampler_policy.model)
             self.version = step
-        return {**metrics, **staleness(batch, learner_version), DISCARDED: float(discarded)}
+        return {**metrics, **staleness(batch, learner_version), metrics_names.ASYNC_DISCARDED: float(discarded)}
 
     def close(self) -> None:
         self.stop.set()

@@ -19,7 +19,7 @@ from transformers.generation import (
 )
 
 from trainer.env.prompts import Prompt, PromptRenderer
-from trainer.model.kv_cache import left_pad, make_room, prefill_shared
+from trainer.model.kv_cache import left_pad, make_room, prefill_shared, with_cache
 from trainer.model.rollout import Rollout
 from trainer.sampling.protocol import SamplingSettings
 
@@ -171,7 +171,7 @@ def decode(
             input_ids=token_N[:, None],
             attention_mask=mask_NL if padded else None,
             position_ids=position_N1,
-            past_key_values=cache,
+            **with_cache(model, cache),
             use_cache=True,
         ).logits[:, -1]
     return torch.stack(tokens, dim=1).cpu(), torch.stack(logps, dim=1).cpu()
