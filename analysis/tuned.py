@@ -41,7 +41,7 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    import trainer.run.sweep_job  # noqa: F401  (registers the config schemas before composing)
+    import analysis.sweep_job  # noqa: F401  (registers the config schemas before composing)
     from analysis.tuned_file import render_tuned, tuned_notes
     from trainer.base.config import config_dir
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
 from analysis.records import TrialAttr
-from trainer.run.sweep_job import BINDING_KEY
+from analysis.sweep_job import BINDING_KEY
 from trainer.run.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-import trainer.run.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
+import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
 from trainer.base.config import config_dir
 
 

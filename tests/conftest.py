@@ -23,8 +23,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+import analysis.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 import trainer  # noqa: F401  (registers the config schemas before composing)
-import trainer.run.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 from trainer.model.policy import collate, token_logprobs
 from trainer.rl import rl_math
 

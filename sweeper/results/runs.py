@@ -167,7 +167,15 @@ def trials_csv(trials: Sequence[FrozenTrial]) -> str:
     names = sorted({k for t in trials for k in t.params})
     out = io.StringIO()
     writer = csv.writer(out)
-    header = ["number", "state", "value", *names, TrialAttr.STEPS_RUN, "note", TrialAttr.MLFLOW_RUN_ID]
+    header = [
+        "number",
+        "state",
+        "value",
+        *names,
+        TrialAttr.STEPS_RUN,
+        "note",
+        TrialAttr.MLFLOW_RUN_ID,
+    ]
     writer.writerow(header)
     for t in trials:
         params = [t.params.get(n, "") for n in names]

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
+from analysis.sweep_job import training_config
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
 from trainer.backends import train
@@ -33,7 +34,6 @@ from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import Breach, HealthMonitor, rules_from_settings
 from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.run.database import DatabaseUnreachable, set_retry_window
-from trainer.run.sweep_job import training_config
 from trainer.run.tracking import MLflowRun, tracking_client
 
 # --- stopping a trial early ------------------------------------------------------

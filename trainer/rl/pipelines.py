@@ -199,7 +199,11 @@ class AsyncPipeline:
         with self.weights:  # the sampler's next groups come from the updated policy
             _copy_trainable(self.policy.model, self.sampler_policy.model)
             self.version = step
-        return {**metrics, **staleness(batch, learner_version), metrics_names.ASYNC_DISCARDED: float(discarded)}
+        return {
+            **metrics,
+            **staleness(batch, learner_version),
+            metrics_names.ASYNC_DISCARDED: float(discarded),
+        }
 
     def close(self) -> None:
         self.stop.set()

@@ -1,8 +1,8 @@
 """The sweep job's config: the training schema plus the binding to a live Optuna trial.
 
-The training code never reads the binding; the schema sits beside `TrainConfig` because two
-layers above compose `sweep` with it (the sweeper, and `python -m analysis best` rebuilding a
-trial's config), and conf/sweep.yaml selects it (`override schema: sweep_job`). Registering
+What binds a run to a trial belongs to the results layer, not the trainer (which never reads
+it): the sweeper composes `sweep` with it for each job, and `python -m analysis best` rebuilds a
+trial's config with it; conf/sweep.yaml selects it (`override schema: sweep_job`). Registering
 it is cheap, so every entry point that composes `sweep` imports this module.
 """
 
