@@ -267,7 +267,7 @@ def run_trial(cfg: DictConfig) -> float:
         reporter.forecaster = Forecaster(
             trial,
             train_cfg.max_steps,
-            attrs.get(StudyAttr.FORECAST_LEVEL, 0.9),
+            attrs[StudyAttr.FORECAST_LEVEL],
             attrs[StudyAttr.DIRECTION] == "maximize",
         )
     error: BaseException | None = None

@@ -183,7 +183,7 @@ def failure_mode_rules() -> list[HealthRule]:
             "entropy_collapse",
             metrics.ENTROPY,
             Check.ratio_below,
-            0.3,
+            0.1,
             patience=3,
             advice="the policy stopped exploring: lower lr or raise temperature",
             action=warn,
