@@ -38,6 +38,13 @@ class Tag:
     RESUMED_FROM_STEP = "sweeper.resumed_from_step"  # a retried run continued from a checkpoint
     RACE = "sweeper.race"  # seeds=auto: why the configuration got the seeds it got
     STOPPED = "sweeper.stopped"  # terminator=true: why the study stopped before n_trials
+    WARNING_PREFIX = "sweeper.warning."  # + rule: a warning rule's first firing, one line
+
+
+# Metrics a sweep's job logs beside the run's own (trainer/base/metrics.py).
+WARNING_METRIC_PREFIX = "warning/"  # + rule: 1 at the step a warning rule first fired
+FORECAST_MEAN = "forecast/mean"  # pruner=forecast: the predicted final objective, per eval step
+FORECAST_HIGH = "forecast/high"  # and its optimistic bound at forecast_level
 
 
 class Role:
@@ -75,6 +82,7 @@ class StudyAttr:
     KL_THRESHOLD = "kl_threshold"
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
+    FORECAST_LEVEL = "forecast_level"  # pruner=forecast: the one-sided level of both bounds
     SAMPLER = "sampler"
     SEEDS = "seeds"  # replicates per configuration (the first ones, with seeds=auto)
     MAX_SEEDS = "max_seeds"  # seeds=auto: the most seeds a configuration gets (absent otherwise)

@@ -42,29 +42,45 @@ class Curve:
         self.steps[step] = {**clean, "time/elapsed_s": time.perf_counter() - self.started}
 
 
-def record(lrs: list[float], substeps: list[int], steps: int, out: Path) -> None:
+def record(
+    lrs: list[float],
+    substeps: list[int],
+    steps: int,
+    out: Path,
+    seeds: tuple[int, ...] = (0,),
+    overrides: tuple[str, ...] = (),
+) -> None:
+    """Train every lr x num_substeps x seed (with `overrides`, e.g. a model and task) and add
+    its curve to `out` under `lr=... num_substeps=... [seed=...]`; runs already there are kept."""
     runs = json.loads(out.read_text()) if out.exists() else {}
-    for n in substeps:
-        for lr in lrs:
-            key = f"lr={lr:g} num_substeps={n}"
-            if key in runs:
-                continue
-            curve = Curve()
-            with (
-                initialize_config_dir(config_dir=CONF, version_base="1.3"),
-                tempfile.TemporaryDirectory() as tmp,
-            ):
-                overrides = [f"output_dir={tmp}", f"lr={lr}", f"num_substeps={n}"]
-                cfg = compose("config", overrides=[*overrides, f"max_steps={steps}"])
-                try:
-                    train(cfg, curve)
-                except FloatingPointError as e:  # a run that blew up: its curve ends there
-                    curve.steps.setdefault(-1, {"error": str(e)})
-            runs[key] = {str(s): m for s, m in sorted(curve.steps.items())}
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(as_lines(runs))
-            final = curve.steps[max(s for s in curve.steps if s >= 0)].get(EVAL)
-            print(f"{key}: final eval {final} in {time.perf_counter() - curve.started:.0f} s")
+    for seed in seeds:
+        for n in substeps:
+            for lr in lrs:
+                key = f"lr={lr:g} num_substeps={n}" + (f" seed={seed}" if seed else "")
+                if key in runs:
+                    continue
+                settings = [f"lr={lr}", f"num_substeps={n}", f"seed={seed}", *overrides]
+                curve = train_curve([*settings, f"max_steps={steps}"])
+                runs[key] = {str(s): m for s, m in sorted(curve.steps.items())}
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(as_lines(runs))
+                final = curve.steps[max(s for s in curve.steps if s >= 0)].get(EVAL)
+                took = time.perf_counter() - curve.started
+                print(f"{key}: final eval {final} in {took:.0f} s", flush=True)
+
+
+def train_curve(overrides: list[str]) -> Curve:
+    curve = Curve()
+    with (
+        initialize_config_dir(config_dir=CONF, version_base="1.3"),
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        cfg = compose("config", overrides=[f"output_dir={tmp}", *overrides])
+        try:
+            train(cfg, curve)
+        except FloatingPointError as e:  # a run that blew up: its curve ends there
+            curve.steps.setdefault(-1, {"error": str(e)})
+    return curve
 
 
 def as_lines(runs: dict) -> str:
@@ -127,12 +143,16 @@ def main() -> None:
     r.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 2e-3, 5e-3, 1e-2, 3e-2])
     r.add_argument("--substeps", type=int, nargs="+", default=[1, 2, 4])
     r.add_argument("--steps", type=int, default=50)
+    r.add_argument("--seeds", type=int, nargs="+", default=[0])
     r.add_argument("--curves", type=Path, default=CURVES)
+    r.add_argument("overrides", nargs="*", help="config overrides, e.g. task=arithmetic")
     s = sub.add_parser("replay")
     s.add_argument("--curves", type=Path, default=CURVES)
     args = p.parse_args()
     if args.command == "record":
-        record(args.lrs, args.substeps, args.steps, args.curves)
+        record(
+            args.lrs, args.substeps, args.steps, args.curves, tuple(args.seeds), tuple(args.overrides)
+        )
     print(summarize(args.curves))
 
 

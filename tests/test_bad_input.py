@@ -37,6 +37,9 @@ ROWS = [
     ({}, ["task=jsonl", "task.path=CHAT_JSONL"], "error: task.path='CHAT_JSONL': row 1, field 'prompt': unknown message role 'robot'"),
     ({}, ["task.rewards=[exact]"], "error: task.rewards: unknown reward 'exact'; one of ['answer_tag', 'boxed',"),
     ({}, ["task.rewards=[last_number,format]", "task.reward_weights=[1.0]"], "error: task.reward_weights=[1.0]: 1 weights for 2 rewards ['last_number', 'format']"),
+    ({}, ["hydra.sweeper.pruner=forcast"], "Error merging override hydra.sweeper.pruner=forcast"),
+    ({}, ["hydra.sweeper.forecast_level=1.5"], "error: hydra.sweeper.forecast_level=1.5: must be in (0, 1)"),
+    ({}, ["hydra.sweeper.health=[{name: kl, metric: kl_pre_post_v2, action: stop}]"], "error: hydra.sweeper.health[0].action='stop': must be one of prune, warn"),
 ]  # fmt: skip
 
 

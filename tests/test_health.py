@@ -15,6 +15,7 @@ from sweeper.sweep.job import TrialPruned
 from trainer.rl.health import (
     Breach,
     Check,
+    Guard,
     HealthMonitor,
     HealthRule,
     default_rules,
@@ -35,7 +36,9 @@ def test_the_readme_quotes_the_default_rules():
     for rule in default_rules(0.01):
         row = rows[f"`{rule.name}`"]
         assert f"`{rule.metric}`" in row and rule.advice in row
-        assert f"| {rule.patience} step" in row
+        assert f"| {rule.patience} step" in row and f"| {rule.action.value} |" in row
+        if rule.guard != Guard.none:
+            assert f"`{rule.guard_metric}`" in row and f"{rule.rise:g}" in row
         if rule.check == Check.not_finite:
             assert "NaN or inf" in row
         else:

@@ -35,6 +35,7 @@ class Pruner(str, Enum):
     none = "none"
     median = "median"
     hyperband = "hyperband"
+    forecast = "forecast"  # extrapolates the eval curve (analysis/forecast.py)
 
 
 @dataclass
@@ -110,11 +111,15 @@ class GRPOSweeperConf:
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of
     # trainer/rl/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
-    # below_baseline), bound, patience, warmup_steps, advice}.
+    # below_baseline, below_peak, ratio_below, ratio_above), bound, patience, warmup_steps,
+    # advice, action (prune, warn), guard (none, not_rising, rising), guard_metric, rise.
     health: Any = None
     kl_threshold: float | None = None  # bound of the default KL rules; null: the config's (0.01)
     pruner: Pruner = Pruner.none
     pruner_warmup_steps: int = 1  # no objective pruning before this step (0 is the baseline)
+    # pruner=forecast: a trial is pruned once its optimistic forecast at this one-sided level
+    # falls short of the best completed configuration's pessimistic value at the same level.
+    forecast_level: float = 0.75  # calibrated in bench/FORECAST.md
 
 
 ConfigStore.instance().store(

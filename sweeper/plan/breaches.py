@@ -25,6 +25,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.records import TrialAttr
+from trainer.rl.health import is_unsafe
 
 MAX_DRAWS = 20  # then the last draw stands: a region all breaches must not stall the study
 
@@ -83,7 +84,8 @@ def _finished(study: optuna.Study) -> list[FrozenTrial]:
 
 def breached(trial: FrozenTrial) -> bool:
     """Pruned by a health rule (the sweep records the breach), not by the objective pruner."""
-    return trial.state == TrialState.PRUNED and TrialAttr.PRUNE_REASON in trial.user_attrs
+    reason = trial.user_attrs.get(TrialAttr.PRUNE_REASON)
+    return trial.state == TrialState.PRUNED and isinstance(reason, Mapping) and is_unsafe(reason)
 
 
 def nearest_breached(

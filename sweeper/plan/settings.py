@@ -47,6 +47,7 @@ class SweepSettings:
     kl_threshold: float
     pruner: str
     pruner_warmup_steps: int
+    forecast_level: float
 
     @property
     def maximize(self) -> bool:
@@ -101,6 +102,8 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         conf.pruner_warmup_steps,
         "must be >= 0",
     )
+    level = conf.forecast_level
+    _require(0 < level < 1, "forecast_level", level, "must be in (0, 1)")
     retry = conf.db_retry_seconds if conf.db_retry_seconds is not None else DEFAULT_RETRY_S
     _require(retry >= 0, "db_retry_seconds", retry, "must be >= 0")
     lost = conf.max_lost_in_a_row
@@ -133,6 +136,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         kl_threshold=threshold,
         pruner=_value(conf.pruner),
         pruner_warmup_steps=conf.pruner_warmup_steps,
+        forecast_level=level,
     )
 
 

@@ -99,6 +99,7 @@ def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
         StudyAttr.KL_THRESHOLD: s.kl_threshold,
         StudyAttr.PRUNER: s.pruner,
         StudyAttr.PRUNER_WARMUP_STEPS: s.pruner_warmup_steps,
+        StudyAttr.FORECAST_LEVEL: s.forecast_level,
         StudyAttr.SAMPLER: spec.search_sampler.name,
         StudyAttr.SEEDS: s.seeds,
         **({StudyAttr.MAX_SEEDS: s.max_seeds} if s.race else {}),

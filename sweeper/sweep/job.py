@@ -13,6 +13,7 @@ binding (no `-m`) it is one plain training run, exactly `python -m trainer`.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -22,7 +23,7 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig
 
-from analysis import records
+from analysis import forecast, records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
 from sweeper.results.runs import close_trial_run, trial_run_name
@@ -31,7 +32,14 @@ from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
 from trainer.base.errors import fail_reason
 from trainer.base.metrics import EVAL_REWARD, stderr_of
-from trainer.rl.health import Breach, HealthMonitor, rules_from_settings
+from trainer.rl.health import (
+    FORECAST,
+    Action,
+    Breach,
+    HealthMonitor,
+    first_to_prune,
+    rules_from_settings,
+)
 from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
 from trainer.run.database import DatabaseUnreachable, set_retry_window
 from trainer.run.tracking import MLflowRun, tracking_client
@@ -55,8 +63,12 @@ class TrialPruned(optuna.TrialPruned):
         return (TrialPruned, (self.breach,))
 
 
+log = logging.getLogger(__name__)
+
+
 def make_pruner(name: str, warmup_steps: int) -> optuna.pruners.BasePruner:
-    """The objective pruner the job's trial asks at eval steps (none, median, hyperband)."""
+    """The objective pruner the job's trial asks at eval steps (none, median, hyperband; the
+    forecast is the reporter's own: Optuna's pruners cannot say why)."""
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup_steps)
     if name == "hyperband":
@@ -85,6 +97,8 @@ class TrialReporter:
         self.last: dict[str, float] = {}  # last value of every metric
         self.steps_run = 0
         self.baseline: float | None = None
+        self.warned: set[str] = set()
+        self.forecaster: Forecaster | None = None  # pruner=forecast
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log_metrics(step, metrics)
@@ -93,13 +107,96 @@ class TrialReporter:
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
         value = metrics.get(self.objective)
-        if self.reports_to_optuna and value is not None and math.isfinite(value):
-            self.trial.report(value, step)
-            if self.prune_on_objective and self.trial.should_prune():
-                raise TrialPruned(None)
-        breach = self.monitor.check(step, metrics)
+        if value is not None and math.isfinite(value):
+            if self.reports_to_optuna:
+                self.trial.report(value, step)
+                if self.prune_on_objective and self.trial.should_prune():
+                    raise TrialPruned(None)
+            if self.forecaster is not None:
+                stderr = metrics.get(stderr_of(self.objective))
+                stop = self.forecaster.judge(step, value, stderr, self.run)
+                if stop is not None:
+                    raise TrialPruned(stop)
+        fired = self.monitor.breaches(step, metrics)
+        self.record_warnings(step, fired)
+        breach = first_to_prune(fired)
         if breach is not None:
             raise TrialPruned(breach)
+
+    def record_warnings(self, step: int, fired: list[Breach]) -> None:
+        """A warning rule's first firing: a tag with its line and a metric at its step."""
+        for breach in fired:
+            if breach.action != Action.warn.value or breach.rule in self.warned:
+                continue
+            self.warned.add(breach.rule)
+            log.warning("t%s warning: %s", self.trial.number, breach)
+            self.run.set_tags({Tag.WARNING_PREFIX + breach.rule: str(breach)})
+            self.run.log_metrics(step, {records.WARNING_METRIC_PREFIX + breach.rule: 1.0})
+
+
+class Forecaster:
+    """pruner=forecast: at each eval step, the trial's final objective forecast from its curve
+    so far (analysis/forecast.py), logged, and a stop once its optimistic bound cannot reach
+    the best completed configuration's pessimistic value."""
+
+    said_no_incumbent = False  # "nothing to compare with" is said once per process
+
+    def __init__(self, trial: optuna.Trial, final_step: int, level: float, maximize: bool):
+        self.trial = trial
+        self.final_step = final_step
+        self.level = level
+        self.sign = 1.0 if maximize else -1.0  # forecasts read higher-is-better
+        self.steps: list[int] = []
+        self.values: list[float] = []
+        self.stderrs: list[float | None] = []
+
+    def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
+        self.steps.append(step)
+        self.values.append(self.sign * value)
+        self.stderrs.append(stderr)
+        if step >= self.final_step:
+            return None
+        fc = forecast.forecast(self.steps, self.values, self.stderrs, self.final_step, self.level)
+        if fc is None:
+            return None
+        run.log_metrics(
+            step,
+            {
+                records.FORECAST_MEAN: self.sign * fc.mean,
+                records.FORECAST_HIGH: self.sign * fc.high,
+            },
+        )
+        best = incumbent(self.trial.study)
+        if best is None:
+            if not Forecaster.said_no_incumbent:
+                log.info("forecast pruner: no configuration has completed yet, nothing is pruned")
+                Forecaster.said_no_incumbent = True
+            return None
+        number, best_value, best_stderr = best
+        low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
+        if not forecast.cannot_win(fc, low):
+            return None
+        text = (
+            f"{self.trial.study.user_attrs[StudyAttr.OBJECTIVE]} {_signed(fc, self.sign)} "
+            f"< best {best_value:.3g} (t{number})"
+        )
+        return Breach("forecast", "", self.sign * fc.mean, best_value, step, FORECAST, "",
+                      Action.prune.value, text)  # fmt: skip
+
+
+def _signed(fc: forecast.Forecast, sign: float) -> str:
+    return str(replace(fc, mean=sign * fc.mean, high=sign * fc.high))
+
+
+def incumbent(study: optuna.Study) -> tuple[int, float, float | None] | None:
+    """The best completed trial: its number, value and standard error (pooled over seeds)."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not done:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    best = max(done, key=lambda t: t.value if maximize else -t.value)
+    stderr = forecast.pooled_stderr([r.stderr for r in records.replicates(best)])
+    return best.number, best.value, stderr
 
 
 def run(cfg: DictConfig) -> float:
@@ -164,8 +261,15 @@ def run_trial(cfg: DictConfig) -> float:
             rules_from_settings(attrs[StudyAttr.HEALTH_RULES], attrs[StudyAttr.KL_THRESHOLD])
         ),
         reports_to_optuna=first,
-        prune_on_objective=first and attrs[StudyAttr.PRUNER] != "none",
+        prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", FORECAST),
     )
+    if attrs[StudyAttr.PRUNER] == FORECAST:
+        reporter.forecaster = Forecaster(
+            trial,
+            train_cfg.max_steps,
+            attrs[StudyAttr.FORECAST_LEVEL],
+            attrs[StudyAttr.DIRECTION] == "maximize",
+        )
     error: BaseException | None = None
     result = None
     try:

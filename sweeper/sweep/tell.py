@@ -24,6 +24,7 @@ from sweeper.study.storage import exclusive
 from sweeper.sweep.flights import InFlight
 from sweeper.sweep.outcome import combine
 from trainer.base.errors import fail_reason
+from trainer.rl.health import is_unsafe
 from trainer.run.tracking import tracking_client
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def tell_outcome(
     elif out.state == State.PRUNED:
         if out.breach is not None:
             trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
-            trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
+            if is_unsafe(out.breach):  # a forecast's stop is no breach
+                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
         study.tell(trial, state=TrialState.PRUNED)
     else:
         log.warning("t%d failed: %s", trial.number, out.reason)

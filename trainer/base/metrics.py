@@ -32,6 +32,12 @@ ROLLOUTS_PER_S = "throughput/rollouts_per_s"
 GROUPS_MIXED = "groups/frac_mixed"
 GROUPS_ALL_GOOD = "groups/frac_all_good"
 GROUPS_ALL_BAD = "groups/frac_all_bad"
+GROUPS_ZERO_ADVANTAGE = "groups/frac_zero_advantage"  # all_good + all_bad: nothing to learn
+
+# The step's completions: mean length in tokens, and the share cut at max_tokens (no
+# end-of-sequence) - what the length blow-up and truncation rules read.
+COMPLETION_LENGTH = "completions/mean_length"
+COMPLETIONS_TRUNCATED = "completions/truncated"
 
 # The async pipeline's rollouts: how many updates old the trained ones were, and how many were
 # discarded as older than max_steps_off_policy.

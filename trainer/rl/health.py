@@ -29,6 +29,29 @@ class Check(str, Enum):
     below = "below"  # value < bound
     not_finite = "not_finite"  # NaN or inf (no bound)
     below_baseline = "below_baseline"  # value < (the metric at step 0) - bound
+    below_peak = "below_peak"  # value < (the best value so far) - bound
+    ratio_below = "ratio_below"  # value < bound x (its first value after step 0)
+    ratio_above = "ratio_above"  # value > bound x (its first value after step 0)
+
+
+class Action(str, Enum):
+    prune = "prune"  # stops the trial (a sweep's health_breach)
+    warn = "warn"  # recorded (MLflow tag and metric, the report), the trial goes on
+
+
+class Guard(str, Enum):
+    """When a rule's check counts, read from another metric's trend (`guard_metric`)."""
+
+    none = "none"
+    not_rising = "not_rising"  # only while the guard metric is not rising (a KL breach while
+    # the training reward climbs is a fast learner, not a collapse: bench/HEALTH.md)
+    rising = "rising"  # only while it rises (held-out reward falling while training reward
+    # rises: the shape of reward hacking)
+
+
+# A metric "rises" when the mean of its last GUARD_WINDOW values is more than `rise` above its
+# first value after step 0.
+GUARD_WINDOW = 3
 
 
 @dataclass(frozen=True)
@@ -40,12 +63,18 @@ class HealthRule:
     patience: int = 1  # consecutive checked steps the check must hold
     warmup_steps: int = 0  # steps up to this one are not checked
     advice: str = ""  # what a person does about it, one clause
+    action: Action = Action.prune
+    guard: Guard = Guard.none
+    guard_metric: str = metrics.REWARD
+    rise: float = 0.05  # how far above its first value the guard metric's recent mean must be
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "check", Check(self.check))  # "above" as well as Check.above
+    def __post_init__(self) -> None:  # "above" as well as Check.above
+        for name, kind in (("check", Check), ("action", Action), ("guard", Guard)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "check": self.check.value}
+        data = asdict(self)
+        return {**data, **{k: getattr(self, k).value for k in ("check", "action", "guard")}}
 
 
 @dataclass(frozen=True)
@@ -59,18 +88,23 @@ class Breach:
     step: int
     check: str = Check.above.value
     advice: str = ""
+    action: str = Action.prune.value
+    detail: str = ""  # the guard that held (" while reward/mean was not rising"); a
+    # forecast's whole sentence (check FORECAST)
 
     def __str__(self) -> str:
         value = "nan/inf" if self.value is None else f"{self.value:.3g}"
+        if self.check == FORECAST:
+            return f"{self.rule}: {self.detail}"
         if self.check == Check.not_finite.value:
             what = f"{self.metric}={value} is not finite"
-        elif self.check == Check.below_baseline.value:
-            what = f"{self.metric}={value} fell more than {self.bound:g} below its baseline"
+        elif self.check in WORDS:
+            what = f"{self.metric}={value} {WORDS[self.check].format(self.bound)}"
         else:
             sign = ">" if self.check == Check.above.value else "<"
             what = f"{self.metric}={value} {sign} {self.bound:g}"
         hint = f" ({self.advice})" if self.advice else ""
-        return f"{self.rule}: {what} at step {self.step}{hint}"
+        return f"{self.rule}: {what}{self.detail} at step {self.step}{hint}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,14 +115,35 @@ class Breach:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+FORECAST = "forecast"  # the check of a forecasting pruner's stop: not a health breach
+
+
+def is_unsafe(breach: Mapping[str, Any]) -> bool:
+    """Whether a recorded stop marks its configuration unsafe (health_breach, the sampler's
+    breach region): a pruning health rule, not a warning or a forecast."""
+    action = breach.get("action", Action.prune.value)
+    return breach.get("check") != FORECAST and action == Action.prune.value
+
+
+WORDS = {
+    Check.below_baseline.value: "fell more than {:g} below its baseline",
+    Check.below_peak.value: "fell more than {:g} below its best",
+    Check.ratio_below.value: "< {:g} x its first value",
+    Check.ratio_above.value: "> {:g} x its first value",
+}
+
+
 # The post-update KL of runs that end within noise of the best reached 0.01-0.2 in their first
-# steps (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps in a row by
-# step 10 (bench/HEALTH.md): its default bound is this many times kl_threshold.
+# steps on the tiny model (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps
+# in a row by step 10: its default bound is this many times kl_threshold. On SmolLM2 a run that
+# learns fastest moves as far (0.12-0.8) while its training reward climbs, so the rule counts
+# only while reward/mean is not rising (bench/HEALTH.md).
 POST_UPDATE_KL_FACTOR = 10
 
 
 def default_rules(kl_threshold: float = 0.01) -> list[HealthRule]:
-    """Calibrated on the tiny model's lr x num_substeps grid (bench/HEALTH.md)."""
+    """Calibrated on the tiny model's lr x num_substeps grid and SmolLM2's lr x seed grid on
+    task=arithmetic (bench/HEALTH.md). The GRPO failure-mode rules only warn."""
     return [
         HealthRule(
             "post_update_kl",
@@ -97,6 +152,7 @@ def default_rules(kl_threshold: float = 0.01) -> list[HealthRule]:
             POST_UPDATE_KL_FACTOR * kl_threshold,
             patience=3,
             advice="one update moves the policy too far: lower lr",
+            guard=Guard.not_rising,
         ),
         HealthRule(
             "sampler_kl",
@@ -114,6 +170,61 @@ def default_rules(kl_threshold: float = 0.01) -> list[HealthRule]:
             Check.below_baseline,
             0.1,
             advice="the policy collapsed: lower lr",
+        ),
+        *failure_mode_rules(),
+    ]
+
+
+def failure_mode_rules() -> list[HealthRule]:
+    """GRPO's own failure modes, warnings by default (bench/HEALTH.md, "Failure modes")."""
+    warn = Action.warn
+    return [
+        HealthRule(
+            "entropy_collapse",
+            metrics.ENTROPY,
+            Check.ratio_below,
+            0.1,
+            patience=3,
+            advice="the policy stopped exploring: lower lr or raise temperature",
+            action=warn,
+        ),
+        HealthRule(
+            "no_learning_signal",
+            metrics.GROUPS_ZERO_ADVANTAGE,
+            Check.above,
+            0.9,
+            patience=5,
+            advice="most groups score alike: raise group_size, or the task is too easy or too "
+            "hard for this model",
+            action=warn,
+        ),
+        HealthRule(
+            "truncation",
+            metrics.COMPLETIONS_TRUNCATED,
+            Check.above,
+            0.9,
+            patience=5,
+            advice="completions are cut at max_tokens: raise max_tokens or ask for shorter answers",
+            action=warn,
+        ),
+        HealthRule(
+            "length_blowup",
+            metrics.COMPLETION_LENGTH,
+            Check.ratio_above,
+            3.0,
+            patience=3,
+            advice="completions grow without bound: add a length penalty or lower max_tokens",
+            action=warn,
+        ),
+        HealthRule(
+            "train_eval_divergence",
+            metrics.EVAL_REWARD,
+            Check.below_peak,
+            0.12,
+            advice="held-out reward falls while training reward rises: the reward is being "
+            "gamed, check the rewards",
+            action=warn,
+            guard=Guard.rising,
         ),
     ]
 
@@ -135,16 +246,23 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
     for key in ("name", "metric"):
         if not isinstance(item.get(key), str) or not item[key]:
             raise ValueError(f"{where}.{key}={item.get(key)!r}: must be a non-empty string")
-    check = item.get("check", Check.above.value)
-    try:
-        item["check"] = Check(check)
-    except ValueError:
-        allowed = ", ".join(c.value for c in Check)
-        raise ValueError(f"{where}.check={check!r}: must be one of {allowed}") from None
+    for key, kind, default in (
+        ("check", Check, Check.above),
+        ("action", Action, Action.prune),
+        ("guard", Guard, Guard.none),
+    ):
+        value = item.get(key, default)
+        try:
+            item[key] = kind(value)
+        except ValueError:
+            allowed = ", ".join(c.value for c in kind)
+            raise ValueError(f"{where}.{key}={value!r}: must be one of {allowed}") from None
     if item["check"] in (Check.above, Check.below) and item.get("bound") is None:
         item["bound"] = kl_threshold
-    if item["check"] == Check.below_baseline and item.get("bound") is None:
+    if item["check"] in (Check.below_baseline, Check.below_peak) and item.get("bound") is None:
         item["bound"] = 0.0
+    if item["check"] in (Check.ratio_below, Check.ratio_above) and item.get("bound") is None:
+        raise ValueError(f"{where}.bound: a {item['check'].value} rule needs a bound (a factor)")
     bound = item.get("bound")
     if bound is not None and not (isinstance(bound, int | float) and math.isfinite(bound)):
         raise ValueError(f"{where}.bound={bound!r}: must be a finite number")
@@ -156,20 +274,23 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
 
 
 class HealthMonitor:
-    """Checks the rules on each step's metrics; keeps each rule's streak and the baselines."""
+    """Checks the rules on each step's metrics; keeps each rule's streak, the baselines (step
+    0), each metric's first value after step 0, its best so far and its recent values."""
 
     def __init__(self, rules: Iterable[HealthRule]) -> None:
         self.rules = list(rules)
         self.streaks = {rule.name: 0 for rule in self.rules}
         self.baselines: dict[str, float] = {}
+        self.firsts: dict[str, float] = {}
+        self.peaks: dict[str, float] = {}
+        self.recent: dict[str, list[float]] = {}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> Breach | None:
-        """The first rule that fires at this step (a sweep prunes there), or None."""
-        fired = self.breaches(step, metrics)
-        return fired[0] if fired else None
+        """The first pruning rule that fires at this step (a sweep prunes there), or None."""
+        return first_to_prune(self.breaches(step, metrics))
 
     def breaches(self, step: int, metrics: Mapping[str, float]) -> list[Breach]:
-        """Every rule that fires at this step, in the rules' order."""
+        """Every rule that fires at this step (warnings too), in the rules' order."""
         if step == 0:  # before any update: the baseline, never a breach
             self.baselines.update({k: v for k, v in metrics.items() if is_finite_number(v)})
             return []
@@ -178,44 +299,107 @@ class HealthMonitor:
             value = metrics.get(rule.metric)
             if value is None or step <= rule.warmup_steps:
                 continue  # not logged this step: neither counts nor resets the streak
-            holds = self._holds(rule, value)
+            holds = self._holds(rule, value, metrics)
             if holds is None:
                 continue
             self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
             if self.streaks[rule.name] >= rule.patience:
-                shown = float(value) if is_finite_number(value) else None
-                fired.append(
-                    Breach(
-                        rule.name,
-                        rule.metric,
-                        shown,
-                        rule.bound,
-                        step,
-                        rule.check.value,
-                        rule.advice,
-                    )
-                )
+                fired.append(self._breach(rule, value, step))
+        self._remember(metrics)
         return fired
 
-    def _holds(self, rule: HealthRule, value: float) -> bool | None:
+    def _breach(self, rule: HealthRule, value: float, step: int) -> Breach:
+        trend = {
+            Guard.not_rising: f" while {rule.guard_metric} was not rising",
+            Guard.rising: f" while {rule.guard_metric} rose",
+        }.get(rule.guard, "")
+        shown = float(value) if is_finite_number(value) else None
+        return Breach(
+            rule.name,
+            rule.metric,
+            shown,
+            rule.bound,
+            step,
+            rule.check.value,
+            rule.advice,
+            rule.action.value,
+            trend,
+        )
+
+    def _remember(self, metrics: Mapping[str, float]) -> None:
+        for key, value in metrics.items():
+            if not is_finite_number(value):
+                continue
+            self.firsts.setdefault(key, value)
+            self.peaks[key] = max(value, self.peaks.get(key, value))
+            self.recent[key] = [*self.recent.get(key, [])[-(GUARD_WINDOW - 1) :], value]
+
+    def rising(self, metric: str, rise: float, now: Mapping[str, float]) -> bool | None:
+        """Whether `metric`'s mean over its last GUARD_WINDOW values (this step's included) is
+        more than `rise` above its first value after step 0; None before there is a window."""
+        values = list(self.recent.get(metric, []))
+        if is_finite_number(now.get(metric)):
+            values = [*values[-(GUARD_WINDOW - 1) :], now[metric]]
+        if len(values) < GUARD_WINDOW or metric not in self.firsts:
+            return None
+        return sum(values) / len(values) > self.firsts[metric] + rise
+
+    def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""
         if rule.check == Check.not_finite:
             return not is_finite_number(value)
         if not is_finite_number(value):
             return None  # NaN is the not_finite rules' business
+        holds = self._compare(rule, value)
+        if not holds or rule.guard == Guard.none:
+            return holds
+        rising = self.rising(rule.guard_metric, rule.rise, now)
+        if rising is None:  # too early to tell a trend: the check alone decides
+            return holds if rule.guard == Guard.not_rising else None
+        return rising == (rule.guard == Guard.rising)
+
+    def _compare(self, rule: HealthRule, value: float) -> bool | None:
         if rule.check == Check.above:
             return value > rule.bound
         if rule.check == Check.below:
             return value < rule.bound
-        baseline = self.baselines.get(rule.metric)
-        return None if baseline is None else value < baseline - rule.bound
+        reference = {
+            Check.below_baseline: self.baselines,
+            Check.below_peak: self.peaks,
+            Check.ratio_below: self.firsts,
+            Check.ratio_above: self.firsts,
+        }[rule.check].get(rule.metric)
+        if reference is None:
+            return None
+        if rule.check == Check.ratio_below:
+            return value < rule.bound * reference
+        if rule.check == Check.ratio_above:
+            return value > rule.bound * reference
+        return value < reference - rule.bound
+
+
+def first_to_prune(fired: Iterable[Breach]) -> Breach | None:
+    return next((b for b in fired if b.action == Action.prune.value), None)
 
 
 def replay(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]) -> Breach | None:
-    """The breach a monitor finds on a recorded run ({step: metrics}), or None."""
+    """The pruning breach a monitor finds on a recorded run ({step: metrics}), or None."""
     monitor = HealthMonitor(rules)
     for step in sorted(curve):
         breach = monitor.check(step, curve[step])
         if breach is not None:
             return breach
     return None
+
+
+def warnings(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]) -> list[Breach]:
+    """Each warning rule's first firing on a recorded run, before any pruning breach."""
+    monitor, seen = HealthMonitor(rules), {}
+    for step in sorted(curve):
+        fired = monitor.breaches(step, curve[step])
+        for breach in fired:
+            if breach.action == Action.warn.value:
+                seen.setdefault(breach.rule, breach)
+        if first_to_prune(fired):
+            break
+    return list(seen.values())

@@ -39,10 +39,13 @@ def constant_groups(rewards_PG: torch.Tensor) -> torch.Tensor:
 def group_outcome_fractions(rewards_PG: torch.Tensor) -> dict[str, float]:
     """Share of groups with mixed rewards, with every rollout rewarded (> 0), or with none."""
     constant_P = constant_groups(rewards_PG)
+    all_good = (constant_P & (rewards_PG[:, 0] > 0)).float().mean().item()
+    all_bad = (constant_P & (rewards_PG[:, 0] <= 0)).float().mean().item()
     return {
         metrics.GROUPS_MIXED: (~constant_P).float().mean().item(),
-        metrics.GROUPS_ALL_GOOD: (constant_P & (rewards_PG[:, 0] > 0)).float().mean().item(),
-        metrics.GROUPS_ALL_BAD: (constant_P & (rewards_PG[:, 0] <= 0)).float().mean().item(),
+        metrics.GROUPS_ALL_GOOD: all_good,
+        metrics.GROUPS_ALL_BAD: all_bad,
+        metrics.GROUPS_ZERO_ADVANTAGE: all_good + all_bad,
     }
 
 

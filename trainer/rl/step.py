@@ -193,6 +193,15 @@ def group_metrics(groups: Groups) -> dict[str, float]:
         metrics_names.REWARD_STD: groups.rewards_PG.std().item(),
         **rl_math.group_outcome_fractions(groups.rewards_PG),
         **reward_part_means(groups.rollouts_N),
+        **completion_metrics(groups.rollouts_N),
+    }
+
+
+def completion_metrics(rollouts_N: list[Rollout]) -> dict[str, float]:
+    n = max(len(rollouts_N), 1)
+    return {
+        metrics_names.COMPLETION_LENGTH: sum(len(r.completion_ids) for r in rollouts_N) / n,
+        metrics_names.COMPLETIONS_TRUNCATED: sum(not r.finished for r in rollouts_N) / n,
     }
 
 
