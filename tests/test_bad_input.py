@@ -37,6 +37,10 @@ ROWS = [
     ({}, ["task=jsonl", "task.path=CHAT_JSONL"], "error: task.path='CHAT_JSONL': row 1, field 'prompt': unknown message role 'robot'"),
     ({}, ["task.rewards=[exact]"], "error: task.rewards: unknown reward 'exact'; one of ['answer_tag', 'boxed',"),
     ({}, ["task.rewards=[last_number,format]", "task.reward_weights=[1.0]"], "error: task.reward_weights=[1.0]: 1 weights for 2 rewards ['last_number', 'format']"),
+    ({}, ["backend=trl", "kl_penalty_coef=0.1"], "error: kl_penalty_coef=0.1: backend=trl cannot: ours folds the KL into the advantage, TRL's beta is a loss term; sweep backend.grpo.beta instead"),
+    ({}, ["backend=trl", "+backend.grpo.use_vlm=true"], "error: backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
+    ({}, ["backend=trl", "task.rewards=[{_target_:no.such.fn,style:trl}]"], "error: task.rewards: cannot import _target_='no.such.fn' (ModuleNotFoundError: No module named 'no')"),
+    ({}, ["backend=trl", "backend.processes=0"], "error: backend.processes=0: must be >= 1"),
 ]  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from conftest import compose_conf, run_sweep, start_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
-from analysis.records import State, TrialAttr
+from analysis.records import State, StudyAttr, Tag, TrialAttr
 from trainer.backends import validate
 from trainer.base.errors import ConfigError
 
@@ -163,7 +163,8 @@ def _sweep_and_check(cwd: Path, *extra: str) -> None:
         run = client.get_run(trial.user_attrs[TrialAttr.MLFLOW_RUN_ID])
         assert run.data.params["backend"] == "trl"
         assert run.data.params["backend_version"] == "1.16.0"
-    assert "verdict" in (result.stdout + result.stderr).lower()
+    assert "Best: t" in result.stdout  # the verdict
+    assert client.get_run(study.user_attrs[StudyAttr.MLFLOW_PARENT_RUN_ID]).data.tags[Tag.VERDICT]
     tuned = cwd / "tuned" / f"{study.study_name}.yaml"
     assert "backend: trl" in tuned.read_text() or "backend=trl" in tuned.read_text()
     again = subprocess.run(
