@@ -29,10 +29,13 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
-    if cfg.backend.processes > 1:  # launched as N processes, each running train_rank
-        from trainer.backends.distributed import train as train_processes
-
-        return train_processes(cfg, reporter)
+    """A run in this process. A run over several (backend.processes > 1) is started by the
+    multi-process launcher, which runs `train_rank` in each; it is not imported here, since it
+    imports this package."""
+    if cfg.backend.processes > 1:
+        raise NotImplementedError(
+            "backend.processes > 1: launch train_rank in each process (trainer/backends/)"
+        )
     return train_rank(cfg, reporter)
 
 
@@ -75,18 +78,19 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig
 
-    from trainer.backends import validate
     from trainer.backends.trl.callback import Reporting
     from trainer.backends.trl.checkpoints import latest, resumed_from_step
     from trainer.backends.trl.data import training_data, with_trl_rewards
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
+    from trainer.backends.trl.mapping import validate as validate_trl
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.tasks import make_task
     from trainer.run.lr import resolve_lr
     from trainer.run.train import TrainResult
+    from trainer.run.validation import validate
 
-    for warning in validate(cfg):
+    for warning in validate(cfg) + validate_trl(cfg):
         log.warning(warning)
     torch.manual_seed(cfg.seed)
     path = _model_path(cfg)
