@@ -74,7 +74,6 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     """One process of a TRL run: the whole run when it has one process."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig
 
@@ -89,11 +88,12 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.run.lr import resolve_lr
     from trainer.run.train import TrainResult
     from trainer.run.validation import validate
+    from trainer.sampling.model_source import lora_config, model_path
 
     for warning in validate(cfg) + validate_trl(cfg):
         log.warning(warning)
     torch.manual_seed(cfg.seed)
-    path = _model_path(cfg)
+    path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -103,16 +103,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     data = training_data(cfg, task, renderer, _eos_ids(model, tokenizer))
     kwargs = grpo_kwargs(cfg, resolve_lr(cfg, model.config.hidden_size))
     kwargs["reward_weights"] = data.reward_weights
-    lora = None
-    if cfg.lora_rank > 0:
-        targets = list(cfg.lora_target_modules)
-        lora = LoraConfig(
-            r=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules="all-linear" if targets == ["all-linear"] else targets,
-            task_type="CAUSAL_LM",
-        )
+    lora = lora_config(cfg)
     trainer = OurGRPOTrainer(
         model,
         data.reward_funcs,
@@ -145,12 +136,6 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     return TrainResult(
         reporting.last_eval, reporting.baseline, Path(cfg.output_dir), reporting.per_problem
     )
-
-
-def _model_path(cfg: DictConfig) -> str:
-    from trainer.sampling.model_source import model_path
-
-    return model_path(cfg)
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
