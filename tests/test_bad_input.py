@@ -40,6 +40,10 @@ ROWS = [
     ({}, ["hydra.sweeper.pruner=forcast"], "Error merging override hydra.sweeper.pruner=forcast"),
     ({}, ["hydra.sweeper.forecast_level=1.5"], "error: hydra.sweeper.forecast_level=1.5: must be in (0, 1)"),
     ({}, ["hydra.sweeper.health=[{name: kl, metric: kl_pre_post_v2, action: stop}]"], "error: hydra.sweeper.health[0].action='stop': must be one of prune, warn"),
+    ({}, ["backend=trl", "kl_penalty_coef=0.1"], "error: kl_penalty_coef=0.1: backend=trl cannot: ours folds the KL into the advantage, TRL's beta is a loss term; sweep backend.grpo.beta instead"),
+    ({}, ["backend=trl", "+backend.grpo.use_vlm=true"], "error: backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
+    ({}, ["backend=trl", "task.rewards=[{_target_:no.such.fn,style:trl}]"], "error: task.rewards: cannot import _target_='no.such.fn' (ModuleNotFoundError: No module named 'no')"),
+    ({}, ["backend=trl", "backend.processes=0"], "error: backend.processes=0: must be >= 1"),
 ]  # fmt: skip
 
 

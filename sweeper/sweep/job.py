@@ -299,6 +299,10 @@ def objective_value(reporter: TrialReporter) -> float:
 
 def _resumed_from(cfg: DictConfig) -> int | None:
     """The checkpoint step this run continues from (None for a fresh start)."""
+    if cfg.backend.name == "trl":  # TRL's own checkpoint folders, counted in our steps
+        from trainer.backends.trl.checkpoints import resumed_from_step
+
+        return resumed_from_step(cfg)
     checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
     return checkpoint_step(checkpoint) if checkpoint is not None else None
 

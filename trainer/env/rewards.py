@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer.base import metrics as metrics_names
-from trainer.base.errors import ConfigError
+from trainer.base.errors import ConfigError, first_line
 
 RewardFn = Callable[[Any, str, bool], float]  # (problem, completion, finished) -> reward
 
@@ -154,7 +154,11 @@ def resolve(entry: Any) -> tuple[str, RewardFn]:
         try:
             fn = get_method(target)
         except Exception as e:
-            raise ConfigError(f"task.rewards: cannot import _target_={target!r} ({e})") from None
+            cause = e.__cause__ or e  # Hydra's wrapper spans lines; its cause is the one line
+            raise ConfigError(
+                f"task.rewards: cannot import _target_={target!r} "
+                f"({type(cause).__name__}: {first_line(cause)})"
+            ) from None
         return str(entry.get("name") or target.rsplit(".", 1)[-1]), fn
     raise ConfigError(
         f"task.rewards: {entry!r} is neither a reward name ({sorted(REWARDS)}) "

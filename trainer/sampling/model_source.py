@@ -40,16 +40,23 @@ def load_policy(cfg: DictConfig) -> Policy:
     if cfg.gradient_checkpointing:
         enable_checkpointing(model)
     frozen_reference = None
-    if cfg.lora_rank > 0:
-        targets = list(cfg.lora_target_modules)
-        lora = LoraConfig(
-            r=cfg.lora_rank,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules="all-linear" if targets == ["all-linear"] else targets,
-            task_type="CAUSAL_LM",
-        )
+    lora = lora_config(cfg)
+    if lora is not None:
         model = get_peft_model(model, lora)
     elif cfg.kl_penalty_coef > 0:
         frozen_reference = copy.deepcopy(model).eval().requires_grad_(False)
     return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora)
+
+
+def lora_config(cfg: DictConfig) -> LoraConfig | None:
+    """The run's LoRA adapter (None: lora_rank=0 trains every weight); TRL's backend too."""
+    if cfg.lora_rank == 0:
+        return None
+    targets = list(cfg.lora_target_modules)
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules="all-linear" if targets == ["all-linear"] else targets,
+        task_type="CAUSAL_LM",
+    )

@@ -1,1 +1,174 @@
-"""TRL's GRPOTrainer as a backend (being built: see README, "Sweeping a TRL run")."""
+"""TRL's GRPOTrainer as a backend (`backend=trl`; README, "Sweeping a TRL run").
+
+  mapping      our keys -> GRPOConfig (the one table) and the checks that refuse the rest
+  data         our task as TRL's dataset (our rendered prompt ids) and reward_funcs
+  grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
+  callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
+  checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
+
+`train(cfg, reporter)` is the backend; `train_rank` is what each process of a run runs (one
+process: `train` calls it here). TRL, transformers and PEFT load only inside them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
+
+from trainer.base import metrics as metrics_names
+
+if TYPE_CHECKING:
+    from trainer.run.train import Reporter, TrainResult
+
+__all__ = ["train", "train_rank"]
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
+    """A run in this process. A run over several (backend.processes > 1) is started by the
+    multi-process launcher, which runs `train_rank` in each; it is not imported here, since it
+    imports this package."""
+    if cfg.backend.processes > 1:
+        raise NotImplementedError(
+            "backend.processes > 1: launch train_rank in each process (trainer/backends/)"
+        )
+    return train_rank(cfg, reporter)
+
+
+def given_metrics(cfg: DictConfig) -> set[str]:
+    """The health rules' metrics this backend reports (grpo.py says when TRL keeps what the
+    sampler-vs-learner KL needs)."""
+    given = {metrics_names.LOSS, metrics_names.GRAD_NORM, metrics_names.EVAL_REWARD}
+    if cfg.compute_post_kl:
+        given.add(metrics_names.KL_PRE_POST_V2)
+    grpo = cfg.backend.grpo
+    vllm_correction = grpo.get("use_vllm", False) and grpo.get(
+        "vllm_importance_sampling_correction", True
+    )
+    if cfg.num_substeps > 1 or vllm_correction:
+        given.add(metrics_names.KL_SAMPLE_TRAIN_V2)
+    return given
+
+
+def missing_rules_line(cfg: DictConfig) -> str | None:
+    """One line naming each default health rule whose metric this run does not report."""
+    from trainer.rl.health import default_rules
+
+    given = given_metrics(cfg)
+    missing = [
+        f"{r.name} ({r.metric})" for r in default_rules(cfg.kl_threshold) if r.metric not in given
+    ]
+    if not missing:
+        return None
+    return (
+        f"backend=trl: not available here, so these health rules never fire: {', '.join(missing)} "
+        "(README, 'Sweeping a TRL run')"
+    )
+
+
+def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
+    """One process of a TRL run: the whole run when it has one process."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from trl import GRPOConfig
+
+    from trainer.backends.trl.callback import Reporting
+    from trainer.backends.trl.checkpoints import latest, resumed_from_step
+    from trainer.backends.trl.data import training_data, with_trl_rewards
+    from trainer.backends.trl.grpo import OurGRPOTrainer
+    from trainer.backends.trl.mapping import grpo_kwargs
+    from trainer.backends.trl.mapping import validate as validate_trl
+    from trainer.env.prompts import PromptRenderer, prompt_settings
+    from trainer.env.tasks import make_task
+    from trainer.run.lr import resolve_lr
+    from trainer.run.train import TrainResult
+    from trainer.run.validation import validate
+    from trainer.sampling.model_source import lora_config, model_path
+
+    for warning in validate(cfg) + validate_trl(cfg):
+        log.warning(warning)
+    torch.manual_seed(cfg.seed)
+    path = model_path(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    renderer = PromptRenderer(tokenizer, **prompt_settings(cfg.task))
+    task = with_trl_rewards(make_task(cfg.task), cfg.task, renderer)
+    data = training_data(cfg, task, renderer, _eos_ids(model, tokenizer))
+    kwargs = grpo_kwargs(cfg, resolve_lr(cfg, model.config.hidden_size))
+    kwargs["reward_weights"] = data.reward_weights
+    lora = lora_config(cfg)
+    trainer = OurGRPOTrainer(
+        model,
+        data.reward_funcs,
+        GRPOConfig(**kwargs),
+        Dataset.from_list(data.rows),
+        processing_class=tokenizer,
+        peft_config=lora,
+        prompt_ids=data.prompt_ids,
+    )
+    checkpoint = latest(cfg.output_dir) if cfg.resume else None
+    main = trainer.accelerator.is_main_process
+    evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
+    reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, checkpoint is not None)
+    trainer.add_callback(reporting)
+    trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
+    if main and (line := missing_rules_line(cfg)):
+        log.warning(line)
+    if checkpoint is not None:
+        log.info("Resumed from %s (step %d)", checkpoint, resumed_from_step(cfg))
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if reporting.error is not None:
+        raise reporting.error
+    if checkpoint is not None and resumed_from_step(cfg) >= cfg.max_steps:
+        # resumed from the last step's checkpoint: its result is the final eval
+        reporting.report(cfg.max_steps, reporting.eval_metrics(), trainer.control)
+        if reporting.error is not None:
+            raise reporting.error
+    if main:
+        _save_final(cfg, trainer, tokenizer)
+    return TrainResult(
+        reporting.last_eval, reporting.baseline, Path(cfg.output_dir), reporting.per_problem
+    )
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    """What ends a completion in TRL's generation: the generation config's and the
+    tokenizer's end-of-sequence ids."""
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    ids = set(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids | {tokenizer.eos_token_id} if i is not None}
+
+
+def _evaluator(cfg: DictConfig, trainer, tokenizer, task):
+    """Our evaluator (trainer.run.train.evaluate) with our sampler over TRL's model."""
+    from trainer.model.policy import Policy
+    from trainer.run.train import evaluate
+    from trainer.sampling.factory import make_sampler
+    from trainer.sampling.protocol import SamplingSettings
+
+    policy = Policy(
+        trainer.model, tokenizer, trainer.accelerator.device, None, cfg.sampler.merge_lora
+    )
+    sampler = make_sampler("torch", policy, cfg)
+    settings = SamplingSettings.from_config(cfg)
+
+    def run():
+        policy.weights_changed()  # TRL's optimizer moved the adapter since the last eval
+        return evaluate(sampler, task, settings, cfg)
+
+    return run
+
+
+def _save_final(cfg: DictConfig, trainer, tokenizer) -> None:
+    from trainer.model.policy import Policy
+    from trainer.run.checkpoint import save_final
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    save_final(cfg.output_dir, Policy(model, tokenizer, trainer.accelerator.device), cfg)

@@ -1,0 +1,214 @@
+"""backend=trl: the mapping onto GRPOConfig on hand-computed numbers, each refusal in one line,
+our prompt ids reaching TRL, and real sweeps through the CLI that train with TRL's
+GRPOTrainer (health pruning, the verdict, the tuned file, resuming after SIGTERM)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import compose_conf, run_sweep, start_sweep, study_in, sweep_env
+from mlflow.tracking import MlflowClient
+
+from analysis import records
+from analysis.records import State, StudyAttr, Tag, TrialAttr
+from trainer.backends import validate
+from trainer.base.errors import ConfigError
+
+pytest.importorskip("trl", reason="backend=trl needs the trl extra (Python >= 3.11)")
+
+from trainer.backends.trl import mapping  # noqa: E402  (after the skip)
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_mapping_table_on_hand_computed_numbers():
+    cfg = compose_conf(
+        "backend=trl", "output_dir=/tmp/x", "loss=dapo", "batch_size=8", "group_size=4", "num_substeps=2",
+        "max_steps=10", "save_every=3", "warmup_steps=5", "lr_schedule=cosine", "min_p=0",
+        "+backend.grpo.gradient_accumulation_steps=2", "+backend.grpo.beta=0.04",
+    )  # fmt: skip
+    kwargs = mapping.grpo_kwargs(cfg, lr=1e-3)
+    expected = {
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,  # 8 x 4 rollouts / (2 substeps x k=2 x 1 process)
+        "steps_per_generation": 4,  # 2 substeps x k=2
+        "gradient_accumulation_steps": 2,
+        "num_iterations": 1,
+        "max_steps": 20,
+        "logging_steps": 2,
+        "save_strategy": "steps",
+        "save_steps": 6,
+        "warmup_steps": 10,
+        "learning_rate": 1e-3,
+        "lr_scheduler_type": "cosine",
+        "loss_type": "dapo",
+        "mask_truncated_completions": True,
+        "scale_rewards": "none",
+        "min_p": None,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "beta": 0.04,  # a backend default that backend.grpo overrides
+        "report_to": "none",
+    }
+    assert {key: kwargs[key] for key in expected} == expected
+    assert kwargs["epsilon"] == pytest.approx(0.2) and kwargs["epsilon_high"] == pytest.approx(0.28)
+    from trl import GRPOConfig
+
+    args = GRPOConfig(**{**kwargs, "use_cpu": True})
+    assert args.generation_batch_size == 8 * 4  # one sampling round of ours
+
+
+def test_the_readme_holds_the_mapping_table():
+    assert mapping.markdown_table() in README.read_text()
+
+
+def test_the_field_names_read_from_source_are_grpoconfigs():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    assert mapping.grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}
+
+
+REFUSALS = [
+    (["kl_penalty_coef=0.1"], "kl_penalty_coef=0.1: backend=trl cannot: ours folds the KL into the advantage, TRL's beta is a loss term; sweep backend.grpo.beta instead"),
+    (["pipeline=async"], "pipeline='async': backend=trl samples then trains (sync) only"),
+    (["loss=importance_sampling"], "loss.name='importance_sampling': backend=trl has no equivalent"),
+    (["loss=ppo"], "loss.name='ppo': backend=trl has no equivalent"),
+    (["model.dtype=bfloat16"], "model.dtype='bfloat16': backend=trl trains float32 weights"),
+    (["sampler=vllm"], "sampler.name='vllm': backend=trl samples with TRL's generation: backend.grpo.use_vllm"),
+    (["remove_constant_reward_groups=true"], "remove_constant_reward_groups=True: backend=trl has no such filter"),
+    (["batch_size=3", "group_size=3", "num_substeps=3", "+backend.grpo.gradient_accumulation_steps=2"], "batch_size=3: backend=trl needs batch_size x group_size (9) divisible by"),
+    (["+backend.grpo.temperature=0.5"], "backend.grpo.temperature: set from temperature on backend=trl; set that instead"),
+    (["+backend.grpo.generation_batch_size=8"], "backend.grpo.generation_batch_size: set from batch_size, group_size"),
+    (["+backend.grpo.use_vlm=true"], "backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
+    (["task.rewards=[{_target_:trainer.env.rewards.format_reward,style:tlr}]"], "task.rewards: style='tlr': must be 'trl' or left out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "message"), REFUSALS, ids=[" ".join(r[0]) for r in REFUSALS])
+def test_an_unmappable_choice_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_conf("backend=trl", *overrides))
+    assert str(refused.value).startswith(message)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_bare_trl_backend_validates():
+    cfg = compose_conf("backend=trl")
+    assert cfg.loss.name == "dr_grpo"  # the nearest TRL-native default to ours
+    assert validate(cfg) == []
+
+
+def test_trl_gets_our_rendered_prompt_ids(smollm2):
+    """The chat template applied once, by us: the ids TRL generates from are the ids our
+    backend renders (TRL's own tokenizing is replaced by a lookup of ours)."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from trainer.backends.trl.data import training_data, with_trl_rewards
+    from trainer.backends.trl.grpo import OurGRPOTrainer
+    from trainer.env.prompts import PromptRenderer, prompt_settings
+    from trainer.env.tasks import make_task
+
+    cfg = compose_conf("backend=trl", "task=arithmetic", f"model.path={smollm2}", "batch_size=4")
+    cfg.max_steps = 2
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    renderer = PromptRenderer(tokenizer, **prompt_settings(cfg.task))
+    task = with_trl_rewards(make_task(cfg.task), cfg.task, renderer)
+    data = training_data(cfg, task, renderer, {tokenizer.eos_token_id})
+    problems = task.train_problems(4, random.Random(cfg.seed))  # ours draws the same first
+    prompts = [row["prompt"] for row in data.rows[:4]]
+    holder = type("Holder", (), {"our_prompt_ids": data.prompt_ids})()
+    ids, _, _ = OurGRPOTrainer._tokenize_prompts(holder, prompts)
+    assert ids == renderer.render_all([p.prompt for p in problems])
+    assert tokenizer.apply_chat_template(
+        [{"role": "user", "content": problems[0].prompt}], add_generation_prompt=True, tokenize=True,
+        return_dict=False,
+    ) == ids[0]  # fmt: skip
+    assert [row["answer"] for row in data.rows[:4]] == [p.answer for p in problems]
+
+
+# --- real sweeps through the CLI ------------------------------------------------------------
+
+SMALL = ["backend=trl", "batch_size=8", "group_size=4", "max_steps=5", "eval_every=0"]
+SMALL += ["task.eval_size=32"]
+# On the tiny model TRL's dr_grpo at lr=3e-2 moves the policy too far from step 1 on
+# (kl_pre_post_v2 ~4-20, as ours: bench/HEALTH.md); lr=1e-3 stays far under 0.1.
+LOW, COLLAPSING = 1e-3, 3e-2
+
+
+def _mlflow(cwd: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+
+
+def _sweep_and_check(cwd: Path, *extra: str) -> None:
+    result = run_sweep(cwd, f"lr={LOW},{COLLAPSING}", *SMALL, *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = study_in(cwd)
+    states = {t.params["lr"]: t for t in study.trials}
+    assert states[LOW].state.name == "COMPLETE"
+    assert states[COLLAPSING].state.name == "PRUNED"
+    (pruned,) = records.replicates(states[COLLAPSING])
+    assert pruned.reason.startswith("post_update_kl: kl_pre_post_v2=")
+    assert pruned.steps_run <= 3
+    client = _mlflow(cwd)
+    for trial in study.trials:
+        run = client.get_run(trial.user_attrs[TrialAttr.MLFLOW_RUN_ID])
+        assert run.data.params["backend"] == "trl"
+        assert run.data.params["backend_version"] == "1.16.0"
+    assert "Best: t" in result.stdout  # the verdict
+    assert client.get_run(study.user_attrs[StudyAttr.MLFLOW_PARENT_RUN_ID]).data.tags[Tag.VERDICT]
+    tuned = cwd / "tuned" / f"{study.study_name}.yaml"
+    assert "backend: trl" in tuned.read_text() or "backend=trl" in tuned.read_text()
+    again = subprocess.run(
+        [sys.executable, "-m", "trainer", f"+tuned={study.study_name}", "max_steps=1"],
+        cwd=cwd, env=sweep_env(cwd), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "backend=trl: not available here" in again.stdout + again.stderr  # TRL trained it
+
+
+@pytest.mark.slow
+def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
+    _sweep_and_check(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
+    _sweep_and_check(tmp_path, "task=arithmetic", f"model.path={smollm2}", "max_tokens=16")
+
+
+RESUME = ["backend=trl", "batch_size=4", "group_size=2,4", "max_steps=12", "eval_every=0"]
+RESUME += ["task.eval_size=16", "save_every=2", "hydra.sweeper.health=[]"]
+RESUME += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
+    sweep = start_sweep(tmp_path, *RESUME, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("multirun/*/*/t*/checkpoint-4/trainer_state.json")):
+        assert time.monotonic() < deadline, "no TRL trial reached its second checkpoint"
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=60)
+    assert sweep.returncode != 0 and "resume with the same command" in stderr
+    done = run_sweep(tmp_path, *RESUME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = study_in(tmp_path).trials
+    completed = [t for t in trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["group_size"] for t in completed) == [2, 4]
+    (retry,) = [t for t in completed if TrialAttr.RETRY_OF in t.user_attrs]
+    (seed_run,) = records.replicates(retry)
+    assert seed_run.resumed_from_step is not None and seed_run.resumed_from_step >= 4
+    assert seed_run.state == State.COMPLETE and seed_run.steps_run == 12
+    steps = {m.step for m in _mlflow(tmp_path).get_metric_history(seed_run.run_id, "reward/mean")}
+    assert steps == set(range(1, 13))  # one unbroken curve across the retry

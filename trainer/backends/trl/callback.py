@@ -1,0 +1,107 @@
+"""The callback that makes TRL's run report as ours: step 0's baseline eval, each step of ours
+(num_substeps optimizer steps of TRL's) under our metric names, our held-out eval every
+eval_every steps and at the end, and a reporter that may stop the run.
+
+Every rank calls `reporter.report` at the same steps (in a multi-process run it is a
+collective: trainer/backends/__init__.py); only rank 0 evaluates, the others report their
+metrics without the eval's. A reporter that raises (a pruned trial, an interrupt) stops TRL at
+that step; `train_rank` raises the error once TRL has stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from transformers import TrainerCallback
+
+from trainer.base import metrics as metrics_names
+from trainer.run.train import NonFiniteError
+
+# TRL's logged name -> ours, where the meaning is the same; the rest go under `trl/<name>`.
+SAME_MEANING = {
+    "reward": metrics_names.REWARD,
+    "reward_std": metrics_names.REWARD_STD,
+    "entropy": metrics_names.ENTROPY,
+    "kl": metrics_names.KL_POLICY_REF,  # TRL's beta term: the policy vs its reference
+    "loss": metrics_names.LOSS,
+    "grad_norm": metrics_names.GRAD_NORM,
+    "learning_rate": metrics_names.LR,
+}
+TRL_PREFIX = "trl/"
+TRAIN_SUMMARY = "train_runtime"  # in the log TRL writes once training ended: not a step's
+
+
+def our_metrics(logs: dict[str, float]) -> dict[str, float]:
+    """TRL's logs under our names; a value TRL logged as None (nothing to average) is left
+    out, never reported as 0."""
+    metrics: dict[str, float] = {}
+    for name, value in logs.items():
+        if value is None or isinstance(value, str):
+            continue
+        if name == "frac_reward_zero_std":  # groups whose rollouts all scored the same
+            metrics[metrics_names.GROUPS_MIXED] = 1.0 - value
+        elif name.startswith("rewards/") and name.endswith("/mean"):
+            metrics[metrics_names.reward_part(name.split("/")[1])] = value
+        metrics[SAME_MEANING.get(name, TRL_PREFIX + name)] = float(value)
+    return metrics
+
+
+class Reporting(TrainerCallback):
+    """evaluate: None on ranks other than 0; else () -> (metrics, per-problem rewards).
+    step_kls(post_update) -> the KLs of the step just trained (every rank)."""
+
+    def __init__(
+        self, cfg, reporter, evaluate: Callable | None, step_kls: Callable, resumed: bool
+    ) -> None:
+        self.cfg, self.reporter, self.evaluate, self.step_kls = cfg, reporter, evaluate, step_kls
+        self.substeps = int(cfg.num_substeps)
+        self.resumed = resumed
+        self.error: BaseException | None = None
+        self.baseline: float | None = None
+        self.last_eval: float | None = None
+        self.per_problem: dict[str, list[float]] = {}
+        self.last_step = 0
+
+    def eval_metrics(self) -> dict[str, float]:
+        if self.evaluate is None:
+            return {}
+        metrics, self.per_problem = self.evaluate()
+        self.last_eval = metrics[metrics_names.EVAL_REWARD]
+        return metrics
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.resumed:
+            return
+        metrics = self.eval_metrics()
+        self.baseline = self.last_eval
+        self.report(0, metrics, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or TRAIN_SUMMARY in logs or state.global_step % self.substeps:
+            return
+        step = state.global_step // self.substeps
+        metrics = our_metrics(logs)
+        metrics.update(self.step_kls(bool(self.cfg.compute_post_kl)))
+        eval_every = self.cfg.eval_every
+        if step == self.cfg.max_steps or (eval_every and step % eval_every == 0):
+            metrics.update(self.eval_metrics())
+        self.report(step, metrics, control)
+        for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):
+            value = metrics.get(name)
+            if self.error is None and value is not None and not math.isfinite(value):
+                self.stop(NonFiniteError(f"{name}={value} at step {step}; lower lr"), control)
+
+    def report(self, step: int, metrics: dict[str, float], control) -> None:
+        self.last_step = step
+        if self.reporter is None or self.error is not None:
+            return
+        try:
+            self.reporter.report(step, metrics)
+        except BaseException as e:  # a prune or an interrupt: TRL stops, train_rank raises it
+            self.stop(e, control)
+
+    def stop(self, error: BaseException, control) -> None:
+        self.error = error
+        control.should_training_stop = True
+        control.should_save = False

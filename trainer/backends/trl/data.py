@@ -1,0 +1,183 @@
+"""Our task as TRL's training data: a dataset of our rendered prompts and reward_funcs with
+weights.
+
+The dataset holds the problems in the order our trainer draws them (batch_size a step, from
+`random.Random(seed)`), each prompt as the text of our rendering with its token ids kept beside
+it (`TrainingData.prompt_ids`), so TRL trains on the very ids our backend would (the trainer
+class takes its prompt ids from there instead of tokenizing again). Columns: `prompt`,
+`answer`, `problem_index` and, for a data file (task=jsonl), the row's other columns, which
+TRL passes to every reward function as keyword lists.
+
+Rewards: ours (by name or `{_target_: module.fn}`, called per completion as
+fn(problem, completion, finished)) become one batched reward function each; a TRL-style one,
+`{_target_: module.fn, style: trl}`, is called as TRL calls it,
+fn(prompts=, completions=, completion_ids=, **columns) -> list[float | None], in training and,
+one completion at a time, in our eval (where None scores 0). A reward that raises or returns a
+non-number raises RewardError naming it, as on our backend.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.backends.trl.mapping import STYLE_TRL
+from trainer.base.errors import ConfigError
+from trainer.env.prompts import PromptRenderer, prompt_key
+from trainer.env.rewards import RewardError, RewardSet, check_number, raised, score
+from trainer.env.tasks import Problem, Task, read_split
+
+PROBLEM_INDEX = "problem_index"  # the dataset column that names a row's Problem
+
+
+@dataclass
+class TrainingData:
+    rows: list[dict[str, Any]]  # the dataset's rows, in training order
+    prompt_ids: dict[str, list[int]]  # a prompt's text -> our token ids for it
+    reward_funcs: list[Callable]
+    reward_weights: list[float]
+
+
+def extra_columns(task_cfg: DictConfig) -> Callable[[Problem], dict[str, Any]]:
+    """A problem's other columns in its data file (task=jsonl's rows), else none."""
+    path, field = task_cfg.get("path"), task_cfg.get("prompt_field")
+    if not isinstance(path, str) or not isinstance(field, str):
+        return lambda problem: {}
+    answer_field = task_cfg.get("answer_field", "answer")
+    splits = {task_cfg.get("split", "train"), task_cfg.get("eval_split")} - {None}
+    found: dict[tuple, dict[str, Any]] = {}
+    for split in splits:
+        for row in read_split(Path(path).expanduser(), split, "task.split"):
+            key = (prompt_key(_messages(row[field])), str(row[answer_field]))
+            found[key] = {k: v for k, v in row.items() if k not in (field, "prompt")}
+    return lambda problem: found.get((prompt_key(problem.prompt), problem.answer), {})
+
+
+def _messages(prompt: Any) -> Any:
+    if isinstance(prompt, str):
+        return prompt
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def trl_style_indices(task_cfg: DictConfig) -> list[int]:
+    """Which task.rewards entries are TRL-style (`style: trl`)."""
+    rewards = task_cfg.get("rewards")
+    if not OmegaConf.is_list(rewards):
+        return []
+    return [
+        i
+        for i, entry in enumerate(rewards)
+        if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
+    ]
+
+
+def training_data(
+    cfg: DictConfig, task: Task, renderer: PromptRenderer, eos_ids: Sequence[int]
+) -> TrainingData:
+    """The dataset rows and reward functions of a run; `task` is `with_trl_rewards`'s."""
+    rng = random.Random(cfg.seed)
+    problems = [p for _ in range(cfg.max_steps) for p in task.train_problems(cfg.batch_size, rng)]
+    ids = renderer.render_all([p.prompt for p in problems])
+    texts = [renderer.tokenizer.decode(row) for row in ids]
+    columns = extra_columns(cfg.task)
+    rows = [
+        {**columns(p), "prompt": text, "answer": p.answer, PROBLEM_INDEX: i}
+        for i, (p, text) in enumerate(zip(problems, texts, strict=True))
+    ]
+    prompt_ids = dict(zip(texts, ids, strict=True))
+    rewards = getattr(task, "rewards", None)
+    if not isinstance(rewards, RewardSet):
+        return TrainingData(
+            rows, prompt_ids, [_ours("reward", None, task, problems, eos_ids)], [1.0]
+        )
+    funcs = []
+    for name, fn in zip(rewards.names, rewards.fns, strict=True):
+        if isinstance(fn, TrlStyleReward):
+            funcs.append(_checked_trl(name, fn.fn))
+        else:
+            funcs.append(_ours(name, fn, task, problems, eos_ids))
+    return TrainingData(rows, prompt_ids, funcs, list(rewards.weights))
+
+
+def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[int]):
+    """One of our rewards as TRL's batched reward function; fn None: the task's own reward."""
+
+    def reward(prompts, completions, completion_ids, **columns) -> list[float]:
+        scores = []
+        for text, ids, index in zip(
+            completions, completion_ids, columns[PROBLEM_INDEX], strict=True
+        ):
+            problem, finished = problems[index], bool(ids) and ids[-1] in eos_ids
+            if fn is None:
+                scores.append(score(task, problem, text, finished)[0])
+                continue
+            try:
+                value = fn(problem, text, finished)
+            except ConfigError:
+                raise
+            except Exception as e:
+                raise RewardError(raised(name, e, text)) from e
+            scores.append(check_number(name, value, text))
+        return scores
+
+    reward.__name__ = name  # TRL logs rewards/<__name__>/mean
+    return reward
+
+
+def _checked_trl(name: str, fn):
+    """A TRL-style reward with our one-line errors; None (no score) passes as TRL reads it."""
+
+    def reward(prompts, completions, completion_ids, **columns) -> list[float | None]:
+        try:
+            values = list(
+                fn(
+                    prompts=prompts,
+                    completions=completions,
+                    completion_ids=completion_ids,
+                    **columns,
+                )
+            )
+        except Exception as e:
+            raise RewardError(raised(name, e, str(completions[0]))) from e
+        for value, text in zip(values, completions, strict=False):
+            if value is not None:
+                check_number(name, value, str(text))
+        return values
+
+    reward.__name__ = name
+    return reward
+
+
+class TrlStyleReward:
+    """A TRL-style reward called one completion at a time, as our evaluator scores."""
+
+    def __init__(self, fn, columns: Callable[[Problem], dict], renderer: PromptRenderer, eos_id):
+        self.fn, self.columns, self.renderer, self.eos_id = fn, columns, renderer, eos_id
+
+    def __call__(self, problem: Problem, completion: str, finished: bool) -> float:
+        tokenizer = self.renderer.tokenizer
+        ids = tokenizer(completion, add_special_tokens=False).input_ids
+        row = {**self.columns(problem), "answer": problem.answer}
+        (value,) = self.fn(
+            prompts=[tokenizer.decode(self.renderer(problem.prompt))],
+            completions=[completion],
+            completion_ids=[ids + [self.eos_id] if finished else ids],
+            **{key: [value] for key, value in row.items()},
+        )
+        return 0.0 if value is None else value
+
+
+def with_trl_rewards(task: Task, task_cfg: DictConfig, renderer: PromptRenderer) -> Task:
+    """The task with its TRL-style rewards callable as ours (for our evaluator)."""
+    rewards = getattr(task, "rewards", None)
+    columns = extra_columns(task_cfg)
+    for i in trl_style_indices(task_cfg):
+        if isinstance(rewards, RewardSet) and not isinstance(rewards.fns[i], TrlStyleReward):
+            eos = renderer.tokenizer.eos_token_id
+            rewards.fns[i] = TrlStyleReward(rewards.fns[i], columns, renderer, eos)
+    return task

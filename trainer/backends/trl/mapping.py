@@ -1,0 +1,313 @@
+"""Our keys onto TRL's GRPOConfig: the one table, and the checks that refuse what it cannot map.
+
+One step of ours is one sampling round of batch_size x group_size rollouts followed by
+num_substeps optimizer steps; TRL's global_step counts optimizer steps. So every count in steps
+is multiplied by num_substeps, and a step of ours is `num_substeps` of TRL's. k is the
+micro-batching choice (`backend.grpo.gradient_accumulation_steps`, default 1): each optimizer
+step accumulates k micro-batches of `per_device_train_batch_size` rollouts per process.
+
+`TABLE` rows are set from our keys: a `backend.grpo.<field>` that names one is refused (it would
+shadow the key of ours). `DEFAULTS` rows keep TRL's own defaults that differ from ours from
+leaking in, and a `backend.grpo.<field>` may override them. The README's mapping table is
+`markdown_table()` (tests/test_trl_backend.py checks they agree).
+
+`validate` loads neither TRL nor transformers: the GRPOConfig field names come from reading
+the dataclasses' source (`grpo_fields`), so an unknown option is refused in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from trainer.base.errors import ConfigError
+from trainer.run.lr import LR_SCHEDULES
+
+MICRO_BATCHING = "gradient_accumulation_steps"  # k: a backend.grpo option that is ours to read
+STYLE_TRL = "trl"  # a task.rewards entry {_target_: module.fn, style: trl}: TRL's signature
+LOSSES = ("grpo", "dr_grpo", "bnpo", "dapo")  # loss.name with the same meaning in TRL
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a row's value is computed from: the config, the resolved lr, k."""
+
+    cfg: DictConfig
+    lr: float
+    k: int = 1
+
+    @property
+    def substeps(self) -> int:
+        return int(self.cfg.num_substeps)
+
+
+@dataclass(frozen=True)
+class Row:
+    field: str  # GRPOConfig's field
+    ours: str  # the keys of ours it is set from ("" for a backend default)
+    value: Callable[[Inputs], Any]
+    note: str = ""
+
+
+def rollouts_per_update(x: Inputs) -> int:
+    """per_device_train_batch_size: a step's rollouts over its optimizer steps, micro-batches
+    and processes."""
+    cfg = x.cfg
+    return cfg.batch_size * cfg.group_size // (x.substeps * x.k * cfg.backend.processes)
+
+
+def lr_type(schedule: str) -> str:
+    return LR_SCHEDULES[schedule]
+
+
+TABLE = (
+    Row("num_generations", "group_size", lambda x: x.cfg.group_size),
+    Row(
+        "per_device_train_batch_size",
+        "batch_size, group_size, num_substeps, backend.processes",
+        rollouts_per_update,
+        "batch_size x group_size / (num_substeps x k x processes); generation_batch_size "
+        "follows as batch_size x group_size (TRL refuses it beside steps_per_generation)",
+    ),
+    Row(
+        "steps_per_generation",
+        "num_substeps",
+        lambda x: x.substeps * x.k,
+        "num_substeps x k. TRL shuffles the batch's rollouts one by one before splitting it, "
+        "so with num_substeps > 1 a minibatch holds parts of groups, where ours holds whole "
+        "groups; the advantages are computed over whole groups in both",
+    ),
+    Row(MICRO_BATCHING, "(k)", lambda x: x.k, "k, backend.grpo.gradient_accumulation_steps"),
+    Row("num_iterations", "num_substeps", lambda x: 1, "one epoch over each batch"),
+    Row("max_steps", "max_steps", lambda x: x.cfg.max_steps * x.substeps, "x num_substeps"),
+    Row("logging_steps", "num_substeps", lambda x: x.substeps, "one log a step of ours"),
+    Row(
+        "save_strategy",
+        "save_every",
+        lambda x: "steps" if x.cfg.save_every else "no",
+        "TRL's checkpoint-<global_step> folders in output_dir",
+    ),
+    Row(
+        "save_steps",
+        "save_every",
+        lambda x: max(1, x.cfg.save_every) * x.substeps,
+        "x num_substeps",
+    ),
+    Row(
+        "eval_strategy",
+        "eval_every",
+        lambda x: "no",
+        "our evaluator runs from a callback at step 0 and every eval_every steps of ours",
+    ),
+    Row("output_dir", "output_dir", lambda x: str(x.cfg.output_dir)),
+    Row(
+        "learning_rate",
+        "lr, lr_batch_scaling, model.family",
+        lambda x: x.lr,
+        "lr=auto and sqrt batch scaling resolved as on ours",
+    ),
+    Row("lr_scheduler_type", "lr_schedule", lambda x: lr_type(x.cfg.lr_schedule)),
+    Row(
+        "warmup_steps",
+        "warmup_steps",
+        lambda x: x.cfg.warmup_steps * x.substeps,
+        "x num_substeps (TRL moves lr every optimizer step, ours every step)",
+    ),
+    Row("max_grad_norm", "max_grad_norm", lambda x: x.cfg.max_grad_norm, "0 turns it off in both"),
+    Row("seed", "seed", lambda x: x.cfg.seed),
+    Row(
+        "loss_type",
+        "loss.name",
+        lambda x: x.cfg.loss.name,
+        "backend=trl picks dr_grpo: our default importance_sampling has no TRL equivalent",
+    ),
+    Row("epsilon", "loss.clip_low", lambda x: 1 - x.cfg.loss.clip_low, "1 - clip_low"),
+    Row("epsilon_high", "loss.clip_high", lambda x: x.cfg.loss.clip_high - 1, "clip_high - 1"),
+    Row(
+        "mask_truncated_completions",
+        "loss.mask_truncated_completions",
+        lambda x: x.cfg.loss.mask_truncated_completions,
+    ),
+    Row("scale_rewards", "scale_rewards", lambda x: x.cfg.scale_rewards),
+    Row("reward_weights", "task.reward_weights", lambda x: None, "the task's RewardSet weights"),
+    Row("temperature", "temperature", lambda x: x.cfg.temperature),
+    Row("top_p", "top_p", lambda x: x.cfg.top_p),
+    Row("top_k", "top_k", lambda x: x.cfg.top_k, "0 turns it off in both"),
+    Row("min_p", "min_p", lambda x: x.cfg.min_p or None, "0 (ours) is None (TRL): off"),
+    Row("repetition_penalty", "repetition_penalty", lambda x: x.cfg.repetition_penalty),
+    Row("max_completion_length", "max_tokens", lambda x: x.cfg.max_tokens),
+    Row(
+        "gradient_checkpointing",
+        "gradient_checkpointing",
+        lambda x: x.cfg.gradient_checkpointing,
+        "TRL's default is on",
+    ),
+    Row(
+        "use_cpu",
+        "model.device",
+        lambda x: x.cfg.model.device == "cpu" or not cuda_available(),
+        "auto: cuda when present",
+    ),
+)
+
+DEFAULTS = (
+    Row("beta", "", lambda x: 0.0, "no KL loss term (kl_penalty_coef > 0 is refused)"),
+    Row("bf16", "", lambda x: False, "float32 training, as model.dtype=float32"),
+    Row("fp16", "", lambda x: False, "float32 training"),
+    Row("weight_decay", "", lambda x: 0.0, "as our AdamW"),
+    Row("shuffle_dataset", "", lambda x: False, "the problems in the order ours draws them"),
+    Row("remove_unused_columns", "", lambda x: False, "a dataset's columns reach the rewards"),
+    Row("report_to", "", lambda x: "none", "the sweeper's reporter logs to MLflow"),
+    Row("disable_tqdm", "", lambda x: True, "one progress line is ours"),
+)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def grpo_kwargs(cfg: DictConfig, lr: float) -> dict[str, Any]:
+    """GRPOConfig's keyword arguments: the table, the defaults, then backend.grpo."""
+    passed = OmegaConf.to_container(cfg.backend.grpo, resolve=True)
+    x = Inputs(cfg, lr, int(passed.get(MICRO_BATCHING, 1)))
+    kwargs = {row.field: row.value(x) for row in TABLE + DEFAULTS}
+    kwargs.update(passed)
+    return kwargs
+
+
+def markdown_table() -> str:
+    """The README's mapping table."""
+    lines = ["| GRPOConfig field | from our key | how, and where it differs |", "|---|---|---|"]
+    for row in TABLE + DEFAULTS:
+        ours = f"`{row.ours}`" if row.ours else "(backend default; `backend.grpo` may override)"
+        lines.append(f"| `{row.field}` | {ours} | {row.note} |")
+    return "\n".join(lines)
+
+
+# --- the checks -------------------------------------------------------------------------
+
+
+def _refuse(key: str, value: Any, rule: str) -> None:
+    raise ConfigError(f"{key}={value!r}: backend=trl {rule}")
+
+
+def validate(cfg: DictConfig) -> list[str]:
+    """Refuse what TRL cannot run as we mean it (one line each); no TRL import."""
+    if cfg.kl_penalty_coef > 0:
+        _refuse(
+            "kl_penalty_coef",
+            cfg.kl_penalty_coef,
+            "cannot: ours folds the KL into the advantage, TRL's beta is a loss term; "
+            "sweep backend.grpo.beta instead",
+        )
+    if cfg.kl_discount_factor > 0:
+        _refuse("kl_discount_factor", cfg.kl_discount_factor, "has no discounted KL")
+    if cfg.pipeline != "sync":
+        _refuse("pipeline", cfg.pipeline, "samples then trains (sync) only")
+    if cfg.loss.name not in LOSSES:
+        _refuse("loss.name", cfg.loss.name, f"has no equivalent; one of {LOSSES}")
+    if cfg.model.dtype != "float32":
+        _refuse(
+            "model.dtype",
+            cfg.model.dtype,
+            "trains float32 weights: use model.dtype=float32, and backend.grpo.bf16=true for "
+            "TRL's mixed precision",
+        )
+    if cfg.sampler.name != "torch":
+        _refuse(
+            "sampler.name", cfg.sampler.name, "samples with TRL's generation: backend.grpo.use_vllm"
+        )
+    if cfg.remove_constant_reward_groups:
+        _refuse("remove_constant_reward_groups", True, "has no such filter")
+    if cfg.learner_batch_tokens != "auto":
+        _refuse(
+            "learner_batch_tokens",
+            cfg.learner_batch_tokens,
+            "micro-batches by rollouts: backend.grpo.gradient_accumulation_steps=k",
+        )
+    _check_batch(cfg)
+    _check_rewards(cfg)
+    _check_passed(cfg)
+    return []
+
+
+def _check_batch(cfg: DictConfig) -> None:
+    k = cfg.backend.grpo.get(MICRO_BATCHING, 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ConfigError(f"backend.grpo.{MICRO_BATCHING}={k!r}: must be an integer >= 1")
+    rollouts = cfg.batch_size * cfg.group_size
+    parts = cfg.num_substeps * k * cfg.backend.processes
+    if rollouts % parts:
+        raise ConfigError(
+            f"batch_size={cfg.batch_size}: backend=trl needs batch_size x group_size "
+            f"({rollouts}) divisible by num_substeps x {MICRO_BATCHING} x backend.processes "
+            f"({parts})"
+        )
+
+
+def _check_rewards(cfg: DictConfig) -> None:
+    rewards = cfg.task.get("rewards") if isinstance(cfg.task, DictConfig) else None
+    for entry in rewards if OmegaConf.is_list(rewards) else []:
+        style = entry.get("style") if OmegaConf.is_dict(entry) else None
+        if style not in (None, STYLE_TRL):
+            raise ConfigError(f"task.rewards: style={style!r}: must be {STYLE_TRL!r} or left out")
+
+
+def _check_passed(cfg: DictConfig) -> None:
+    mapped = {row.field: row.ours for row in TABLE if row.field != MICRO_BATCHING}
+    mapped["generation_batch_size"] = "batch_size, group_size"
+    known = None
+    for key in cfg.backend.grpo:
+        if key in mapped:
+            raise ConfigError(
+                f"backend.grpo.{key}: set from {mapped[key]} on backend=trl; set that instead"
+            )
+        known = known if known is not None else grpo_fields()
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"backend.grpo.{key}: not an option of TRL's GRPOConfig{hint}")
+
+
+@cache
+def grpo_fields() -> frozenset[str]:
+    """GRPOConfig's field names, read from the source of it and its bases (TRL's base config,
+    transformers' TrainingArguments) without importing them."""
+    sources = (
+        ("trl", "trainer/grpo_config.py"),
+        ("trl", "trainer/base_config.py"),
+        ("transformers", "training_args.py"),
+    )
+    names: set[str] = set()
+    for package, path in sources:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError(f"backend=trl: needs the {package} package (pip install '.[trl]')")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        tree = ast.parse((root / path).read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name in (
+                "GRPOConfig",
+                "_BaseConfig",
+                "TrainingArguments",
+            ):
+                names.update(
+                    item.target.id
+                    for item in node.body
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                )
+    return frozenset(names)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
