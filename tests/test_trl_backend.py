@@ -99,6 +99,16 @@ def test_an_unmappable_choice_is_refused_in_one_line(overrides, message):
     assert "\n" not in str(refused.value)
 
 
+def test_a_trl_style_reward_is_refused_on_our_backend():
+    cfg = compose_conf("task.rewards=[{_target_:trainer.env.rewards.format_reward,style:trl}]")
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    assert str(refused.value) == (
+        "task.rewards: trainer.env.rewards.format_reward is TRL-style (style: trl), called as "
+        "TRL calls a reward: it runs on backend=trl only"
+    )
+
+
 def test_a_bare_trl_backend_validates():
     cfg = compose_conf("backend=trl")
     assert cfg.loss.name == "dr_grpo"  # the nearest TRL-native default to ours

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from trainer.base.errors import ConfigError
 from trainer.run.validation import validate as validate_common
 
 if TYPE_CHECKING:
@@ -43,9 +44,15 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
 def validate(cfg: DictConfig) -> list[str]:
     """Every check that runs before a model loads: the common ones (trainer/run/validation.py),
     then the backend's own. Raises ConfigError (one line); returns warnings."""
+    from trainer.backends.trl.mapping import trl_style_rewards
+    from trainer.backends.trl.mapping import validate as validate_trl
+
+    if cfg.backend.name != "trl" and trl_style_rewards(cfg):
+        raise ConfigError(
+            f"task.rewards: {trl_style_rewards(cfg)[0]} is TRL-style (style: trl), called as "
+            "TRL calls a reward: it runs on backend=trl only"
+        )
     warnings = validate_common(cfg)
     if cfg.backend.name == "trl":
-        from trainer.backends.trl.mapping import validate as validate_trl
-
         warnings += validate_trl(cfg)
     return warnings
