@@ -31,7 +31,7 @@ from trainer.backends.logged_run import train_and_log
 from trainer.base.errors import fail_reason
 from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import Breach, HealthMonitor, rules_from_settings
-from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.run.checkpoint import resumable_step
 from trainer.run.database import DatabaseUnreachable, set_retry_window
 from trainer.run.sweep_job import training_config
 from trainer.run.tracking import MLflowRun, tracking_client
@@ -194,9 +194,9 @@ def objective_value(reporter: TrialReporter) -> float:
 
 
 def _resumed_from(cfg: DictConfig) -> int | None:
-    """The checkpoint step this run continues from (None for a fresh start)."""
-    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
-    return checkpoint_step(checkpoint) if checkpoint is not None else None
+    """The checkpoint step this run continues from (None for a fresh start): the newest one
+    that reads, as train() loads it, not the newest folder."""
+    return resumable_step(cfg.output_dir) if cfg.resume else None
 
 
 def outcome(
@@ -207,9 +207,11 @@ def outcome(
 ) -> Replicate:
     """This seed's record, whatever the ending."""
     objective = reporter.objective
-    per_problem = None
+    per_problem, resumed = None, started.resumed_from_step
     if result is not None:
         per_problem = getattr(result, "final_eval_rewards", {}).get(objective)
+        # train() may have refused a checkpoint that reads but does not fit the model
+        resumed = getattr(result, "resumed_from_step", resumed)
     if error is None:
         state, reason, breach = State.COMPLETE, "", None
     elif isinstance(error, TrialPruned):
@@ -229,6 +231,7 @@ def outcome(
         reason=reason,
         breach=breach,
         per_problem=tuple(per_problem) if per_problem is not None else None,
+        resumed_from_step=resumed,
     )
 
 
