@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,8 +247,23 @@ def problems_from_rows(
         if not isinstance(prompt, str):
             check_messages(prompt, where)
             prompt = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        if not any(text.strip() for text in texts):
+            raise ConfigError(f"{where}: is empty; every row needs a prompt")
+        if _blank(answer):
+            raise ConfigError(
+                f"task.path={path!r}: row {i}, field {answer_field!r}: is empty; "
+                "every row needs a reference answer"
+            )
         problems.append(Problem(prompt=prompt, answer=str(answer)))
     return problems
+
+
+def _blank(value: Any) -> bool:
+    """Missing, as a file says it: null (an empty CSV cell), NaN (Parquet), or only spaces."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return not str(value).strip()
 
 
 class DatasetTask(SplitTask):
