@@ -4,9 +4,14 @@ the message shown there, and leaves no study and no MLflow store behind."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import sweep_env
+import safetensors.torch
+import torch
+from conftest import compose_conf, sweep_env
+
+from trainer.sampling.tiny_model import build_tiny_model
 
 # (extra environment, sweep arguments, the line the user reads)
 ROWS = [
@@ -35,6 +40,13 @@ ROWS = [
     ({}, ["task=jsonl", "task.path=BAD_JSONL"], "error: task.path='BAD_JSONL': line 2 is not JSON"),
     ({}, ["task=jsonl", "task.path=QA_JSONL", "task.prompt_field=question"], "error: task.prompt_field='question': row 1 of 'QA_JSONL' has no such field; its fields are ['answer', 'prompt']"),
     ({}, ["task=jsonl", "task.path=CHAT_JSONL"], "error: task.path='CHAT_JSONL': row 1, field 'prompt': unknown message role 'robot'"),
+    ({}, ["task=jsonl", "task.path=BLANK_PROMPT_JSONL"], "error: task.path='BLANK_PROMPT_JSONL': row 2, field 'prompt': is empty; every row needs a prompt"),
+    ({}, ["task=jsonl", "task.path=BLANK_ANSWER_CSV"], "error: task.path='BLANK_ANSWER_CSV': row 2, field 'answer': is empty; every row needs a reference answer"),
+    ({}, ["model.path=EMPTY_DIR"], "error: model.path='EMPTY_DIR': no config.json there: not a Hugging Face model directory"),
+    ({}, ["model.path=CONFIG_ONLY_DIR"], "error: model.path='CONFIG_ONLY_DIR': no weights there (one of model.safetensors, model.safetensors.index.json, pytorch_model.bin)"),
+    ({}, ["model.path=CUT_WEIGHTS_DIR"], "error: model.path='CUT_WEIGHTS_DIR': model.safetensors does not read (ValueError: its tensors lie past the end of the file (cut short?))"),
+    ({}, ["model.path=NO_TOKENIZER_DIR"], "error: model.path='NO_TOKENIZER_DIR': its tokenizer does not load (ValueError: Couldn't instantiate the backend tokenizer"),
+    ({}, ["model.path=TINY_DIR", "task.chat_template=true"], "error: task.chat_template=True: the tokenizer of model.path='TINY_DIR' has none"),
     ({}, ["task.rewards=[exact]"], "error: task.rewards: unknown reward 'exact'; one of ['answer_tag', 'boxed',"),
     ({}, ["task.rewards=[last_number,format]", "task.reward_weights=[1.0]"], "error: task.reward_weights=[1.0]: 1 weights for 2 rewards ['last_number', 'format']"),
     ({}, ["hydra.sweeper.pruner=forcast"], "Error merging override hydra.sweeper.pruner=forcast"),
@@ -45,6 +57,26 @@ ROWS = [
     ({}, ["backend=trl", "task.rewards=[{_target_:no.such.fn,style:trl}]"], "error: task.rewards: cannot import _target_='no.such.fn' (ModuleNotFoundError: No module named 'no')"),
     ({}, ["backend=trl", "backend.processes=0"], "error: backend.processes=0: must be >= 1"),
 ]  # fmt: skip
+
+
+def model_dirs(root: Path) -> dict[str, Path]:
+    """Model directories that exist but cannot load, and the tiny model (it has no chat
+    template)."""
+    dirs = {name: root / name.lower() for name in MODEL_DIRS}
+    for folder in dirs.values():
+        folder.mkdir()
+    config = {"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+              "num_attention_heads": 1, "intermediate_size": 8, "vocab_size": 16}  # fmt: skip
+    for name in ("CONFIG_ONLY_DIR", "CUT_WEIGHTS_DIR", "NO_TOKENIZER_DIR"):
+        (dirs[name] / "config.json").write_text(json.dumps(config))
+    weights = safetensors.torch.save({"lm_head.weight": torch.zeros(16, 8)})
+    (dirs["NO_TOKENIZER_DIR"] / "model.safetensors").write_bytes(weights)
+    (dirs["CUT_WEIGHTS_DIR"] / "model.safetensors").write_bytes(weights[:-100])
+    dirs["TINY_DIR"] = build_tiny_model(compose_conf().model.tiny)
+    return dirs
+
+
+MODEL_DIRS = ("EMPTY_DIR", "CONFIG_ONLY_DIR", "CUT_WEIGHTS_DIR", "NO_TOKENIZER_DIR")
 
 
 @pytest.mark.parametrize(
@@ -58,7 +90,14 @@ def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
         "QA_JSONL": tmp_path / "qa.jsonl",
         "CHAT_JSONL": tmp_path / "chat.jsonl",
     }
+    files.update(model_dirs(tmp_path))
     files["QA_JSONL"].write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    files["BLANK_PROMPT_JSONL"] = tmp_path / "blank_prompt.jsonl"
+    files["BLANK_PROMPT_JSONL"].write_text(
+        '{"prompt": "1+1=", "answer": 2}\n{"prompt": " ", "answer": 4}\n'
+    )
+    files["BLANK_ANSWER_CSV"] = tmp_path / "blank_answer.csv"
+    files["BLANK_ANSWER_CSV"].write_text("prompt,answer\n1+1=,2\n2+2=,\n3+3=,6\n")
     robot = {"prompt": [{"role": "robot", "content": "1+1="}], "answer": "2"}
     files["CHAT_JSONL"].write_text(json.dumps(robot) + "\n")
     for name, path in files.items():

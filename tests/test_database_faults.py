@@ -52,7 +52,7 @@ def wait_for_checkpoint(
 ) -> None:
     """Until a trial under root saved the checkpoint of `step` (failing at once, with its
     error, if the worker ended first)."""
-    pattern = f"*/multirun/*/*/t*/checkpoints/step_{step:06d}/state.pt"
+    pattern = f"*/multirun/*/*/t*/checkpoints/step_{step:06d}/state.json"
     deadline = time.monotonic() + timeout
     while not list(root.glob(pattern)):
         assert worker is None or worker.poll() is None, finished(worker)[-3000:]

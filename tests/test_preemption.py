@@ -33,7 +33,7 @@ def _wait_for_checkpoint(cwd: Path, timeout: float = 180) -> None:
     """Until a trial has saved its second checkpoint: a signal now lands mid-training."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if list(cwd.glob("multirun/*/*/t*/checkpoints/step_000006/state.pt")):
+        if list(cwd.glob("multirun/*/*/t*/checkpoints/step_000006/state.json")):
             return
         time.sleep(0.2)
     raise TimeoutError("no trial reached its second checkpoint")

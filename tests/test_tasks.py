@@ -155,6 +155,20 @@ def test_arithmetic_questions_are_words_with_their_sums():
     }
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("max_operand", "eval_size"), [(12, 64), (12, 63), (5, 10)])
+def test_no_eval_question_has_its_reversed_twin_in_training(max_operand, eval_size, seed):
+    task = ArithmeticTask(max_operand=max_operand, eval_size=eval_size, seed=seed)
+    operands = {p.prompt: p.prompt.removeprefix("What is ").split("?")[0] for p in task._train}
+    trained = {tuple(q.split(" + ")) for q in operands.values()}
+    held_out = [p.prompt.removeprefix("What is ").split("?")[0] for p in task.eval_problems()]
+    assert len(held_out) == eval_size
+    assert len(trained) + eval_size == (max_operand + 1) ** 2  # every question, once
+    for question in held_out:
+        a, b = question.split(" + ")
+        assert (a, b) not in trained and (b, a) not in trained, question
+
+
 @pytest.mark.parametrize(
     ("row", "kwargs", "message"),
     [
@@ -163,6 +177,10 @@ def test_arithmetic_questions_are_words_with_their_sums():
         ({"prompt": [{"role": "robot", "content": "hi"}], "answer": 1}, {}, "task.path='DATA': row 1, field 'prompt': unknown message role 'robot'; one of ('system', 'user', 'assistant', 'tool')"),
         ({"prompt": [{"role": "user"}], "answer": 1}, {}, "task.path='DATA': row 1, field 'prompt': each message needs a string 'content' (got {'role': 'user'})"),
         ({"prompt": 7, "answer": 1}, {}, "task.path='DATA': row 1, field 'prompt': must be a string or a list of messages"),
+        ({"prompt": " ", "answer": 1}, {}, "task.path='DATA': row 1, field 'prompt': is empty; every row needs a prompt"),
+        ({"prompt": [{"role": "user", "content": ""}], "answer": 1}, {}, "task.path='DATA': row 1, field 'prompt': is empty; every row needs a prompt"),
+        ({"prompt": "hi", "answer": None}, {}, "task.path='DATA': row 1, field 'answer': is empty; every row needs a reference answer"),
+        ({"prompt": "hi", "answer": ""}, {}, "task.path='DATA': row 1, field 'answer': is empty; every row needs a reference answer"),
         ({"prompt": "hi", "answer": 1}, {"split": "dev"}, "task.split='dev': not a split of 'DATA'; it has ['train']"),
     ],
 )  # fmt: skip

@@ -136,7 +136,7 @@ def test_resume_continues_exactly_where_the_checkpoint_left(tmp_path, composed, 
     train(composed(*SMALL, "max_steps=4", root=tmp_path / "a"), straight)
     first = new_recorder()
     train(composed(*SMALL, "max_steps=2", "save_every=2", root=tmp_path / "b"), first)
-    assert (tmp_path / "b" / "run" / "checkpoints" / "step_000002" / "state.pt").exists()
+    assert (tmp_path / "b" / "run" / "checkpoints" / "step_000002" / "state.json").exists()
     resumed = new_recorder()
     train(composed(*SMALL, "max_steps=4", "resume=true", root=tmp_path / "b"), resumed)
     assert sorted(resumed.steps) == [3, 4]  # no baseline eval, no repeated steps

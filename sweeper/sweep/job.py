@@ -40,7 +40,7 @@ from trainer.rl.health import (
     first_to_prune,
     rules_from_settings,
 )
-from trainer.run.checkpoint import checkpoint_step, latest_checkpoint
+from trainer.run.checkpoint import resumable_step
 from trainer.run.database import DatabaseUnreachable, set_retry_window
 from trainer.run.tracking import MLflowRun, tracking_client
 
@@ -298,13 +298,13 @@ def objective_value(reporter: TrialReporter) -> float:
 
 
 def _resumed_from(cfg: DictConfig) -> int | None:
-    """The checkpoint step this run continues from (None for a fresh start)."""
+    """The checkpoint step this run continues from (None for a fresh start): the newest one
+    that reads, as train() loads it, not the newest folder."""
     if cfg.backend.name == "trl":  # TRL's own checkpoint folders, counted in our steps
         from trainer.backends.trl.checkpoints import resumed_from_step
 
         return resumed_from_step(cfg)
-    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
-    return checkpoint_step(checkpoint) if checkpoint is not None else None
+    return resumable_step(cfg.output_dir) if cfg.resume else None
 
 
 def outcome(
@@ -315,9 +315,11 @@ def outcome(
 ) -> Replicate:
     """This seed's record, whatever the ending."""
     objective = reporter.objective
-    per_problem = None
+    per_problem, resumed = None, started.resumed_from_step
     if result is not None:
         per_problem = getattr(result, "final_eval_rewards", {}).get(objective)
+        # train() may have refused a checkpoint that reads but does not fit the model
+        resumed = getattr(result, "resumed_from_step", resumed)
     if error is None:
         state, reason, breach = State.COMPLETE, "", None
     elif isinstance(error, TrialPruned):
@@ -337,6 +339,7 @@ def outcome(
         reason=reason,
         breach=breach,
         per_problem=tuple(per_problem) if per_problem is not None else None,
+        resumed_from_step=resumed,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,13 +157,30 @@ class ArithmeticTask(SplitTask):
         count = (max_operand + 1) ** 2
         if not 1 <= eval_size < count:
             raise ConfigError(f"task.eval_size={eval_size!r}: must be in [1, {count})")
-        problems = [
-            Problem(self.QUESTION.format(a=a, b=b), str(a + b))
-            for a in range(max_operand + 1)
-            for b in range(max_operand + 1)
-        ]
+        operands = range(max_operand + 1)
+        # a + b and its twin b + a on the same side: a held-out question whose twin is trained
+        # on is not held out
+        twins = [[(a, b), (b, a)] if a != b else [(a, a)] for a in operands for b in operands]
+        train, eval = split_groups([t for t in twins if t[0][0] <= t[0][1]], eval_size, seed)
         rewards = ["last_number"] if rewards is None else rewards
-        super().__init__(*split_once(problems, eval_size, seed), rewards, reward_weights)
+        super().__init__(self._ask(train), self._ask(eval), rewards, reward_weights)
+
+    def _ask(self, pairs: list[tuple[int, int]]) -> list[Problem]:
+        return [Problem(self.QUESTION.format(a=a, b=b), str(a + b)) for a, b in pairs]
+
+
+def split_groups(groups: list[list], eval_size: int, seed: int) -> tuple[list, list]:
+    """(train, eval) of the groups' items, a group never split: groups in an order fixed by
+    seed go to eval while they fit, until it holds eval_size items (singletons fill it)."""
+    order = list(range(len(groups)))
+    random.Random(seed).shuffle(order)
+    train, eval = [], []
+    for i in order:
+        side = eval if len(eval) + len(groups[i]) <= eval_size else train
+        side.extend(groups[i])
+    if len(eval) != eval_size:
+        raise ConfigError(f"task.eval_size={eval_size!r}: cannot be filled with whole groups")
+    return train, eval
 
 
 def default_rewards(problems: list[Problem]) -> list[str]:
@@ -246,8 +264,23 @@ def problems_from_rows(
         if not isinstance(prompt, str):
             check_messages(prompt, where)
             prompt = [{"role": m["role"], "content": m["content"]} for m in prompt]
+        texts = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+        if not any(text.strip() for text in texts):
+            raise ConfigError(f"{where}: is empty; every row needs a prompt")
+        if _blank(answer):
+            raise ConfigError(
+                f"task.path={path!r}: row {i}, field {answer_field!r}: is empty; "
+                "every row needs a reference answer"
+            )
         problems.append(Problem(prompt=prompt, answer=str(answer)))
     return problems
+
+
+def _blank(value: Any) -> bool:
+    """Missing, as a file says it: null (an empty CSV cell), NaN (Parquet), or only spaces."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return not str(value).strip()
 
 
 class DatasetTask(SplitTask):

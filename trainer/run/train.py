@@ -28,7 +28,7 @@ from trainer.rl import rl_math
 from trainer.rl.health import HealthMonitor, default_rules
 from trainer.rl.pipelines import make_pipeline
 from trainer.rl.step import NonFiniteError, learner_tokens
-from trainer.run.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_final
+from trainer.run.checkpoint import resume, save_checkpoint, save_final
 from trainer.run.lr import make_scheduler, resolve_lr
 from trainer.run.validation import validate
 from trainer.sampling.factory import make_sampler
@@ -53,6 +53,7 @@ class TrainResult:
     # The final eval's reward per problem, by eval metric: the same problems in the same order
     # for every run on a task, so two runs compare problem by problem (a paired comparison).
     final_eval_rewards: dict[str, list[float]] = field(default_factory=dict)
+    resumed_from_step: int | None = None  # the checkpoint actually loaded (None: step 0)
 
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
@@ -75,10 +76,10 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     start_step, baseline = 0, None
     # The rules a sweep prunes by: a single run warns at each rule's first breach, never stops.
     health, warned = HealthMonitor(default_rules(cfg.kl_threshold)), set()
-    checkpoint = latest_checkpoint(cfg.output_dir) if cfg.resume else None
-    if checkpoint is not None:
-        start_step = load_checkpoint(checkpoint, policy, optimizer, scheduler, rng)
-        log.info("Resumed from %s (step %d)", checkpoint, start_step)
+    resumed = resume(cfg.output_dir, policy, optimizer, scheduler, rng) if cfg.resume else None
+    if resumed is not None:
+        start_step = resumed
+        log.info("Resumed from the step %d checkpoint in %s", start_step, cfg.output_dir)
     else:
         eval_metrics, _ = evaluate(sampler, task, settings, cfg)
         baseline = eval_metrics[metrics_names.EVAL_REWARD]
@@ -140,7 +141,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         last_eval = eval_metrics[metrics_names.EVAL_REWARD]
         _report(reporter, cfg.max_steps, eval_metrics)
     save_final(cfg.output_dir, policy, cfg)
-    return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem)
+    return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem, resumed)
 
 
 @torch.no_grad()

@@ -7,6 +7,9 @@ it on every point of a search space before the first trial starts.
 
 from __future__ import annotations
 
+import functools
+import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ def validate(cfg: DictConfig) -> list[str]:
     _check_optimisation(cfg, warnings)
     _check_kl_and_loss(cfg, warnings)
     _check_paths(cfg)
+    _check_model(cfg)
     _check_task(cfg)
     return warnings
 
@@ -195,6 +199,86 @@ def _check_paths(cfg: DictConfig) -> None:
             task_path,
             "no such file or directory",
         )
+
+
+# What a model directory's weights may be: one safetensors file, its shard index, or a pickle
+# file (read by transformers itself, never here).
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def _check_model(cfg: DictConfig) -> None:
+    """A model directory that loads: its config and tokenizer read (cheap, so done here, once
+    per directory), a weights file whose header reads, and a chat template if one is asked
+    for. The tiny model is built by us and needs none of this."""
+    path = cfg.model.path
+    if path is None:
+        return
+    problem = _model_problem(str(Path(path).expanduser()))
+    if problem:
+        _fail("model.path", path, problem)
+    if cfg.task.get("chat_template") is True and not _has_chat_template(str(path)):
+        _fail("task.chat_template", True, f"the tokenizer of model.path={path!r} has none")
+
+
+@functools.cache
+def _model_problem(path: str) -> str | None:
+    """Why the model directory cannot load, or None."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return "no config.json there: not a Hugging Face model directory"
+    try:
+        json.loads(config.read_bytes())
+    except (ValueError, OSError) as e:
+        return f"config.json does not read ({_first_line(e)})"
+    weights = [Path(path) / name for name in WEIGHTS if (Path(path) / name).is_file()]
+    if not weights:
+        return f"no weights there (one of {', '.join(WEIGHTS)})"
+    try:
+        _check_weights(weights[0])
+    except Exception as e:  # a hostile header can make the parse raise anything
+        return f"{weights[0].name} does not read ({_first_line(e)})"
+    # transformers only now: the checks above and every other setting cost no import of it
+    from transformers import AutoConfig, AutoTokenizer
+
+    for what, load in (("config.json", AutoConfig), ("tokenizer", AutoTokenizer)):
+        try:
+            load.from_pretrained(path)
+        except Exception as e:  # whatever transformers raises for a file it cannot use
+            return f"its {what} does not load ({_first_line(e)})"
+    return None
+
+
+def _check_weights(file: Path) -> None:
+    """A safetensors file's header (or every shard's, through the index) reads and fits the
+    file; no tensor is loaded."""
+    if file.suffix == ".bin":
+        return
+    if file.name.endswith(".index.json"):
+        shards = set(json.loads(file.read_bytes())["weight_map"].values())
+        for shard in sorted(shards):
+            _check_weights(file.parent / shard)
+        return
+    with file.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8).ljust(8, b"\xff"))
+        size = file.stat().st_size
+        if length > size - 8:
+            raise ValueError(f"a header of {length} bytes in a file of {size}")
+        header = json.loads(f.read(length))
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    if not ends or 8 + length + max(ends) > size:
+        raise ValueError("its tensors lie past the end of the file (cut short?)")
+
+
+@functools.cache
+def _has_chat_template(path: str) -> bool:
+    from transformers import AutoTokenizer
+
+    return getattr(AutoTokenizer.from_pretrained(path), "chat_template", None) is not None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}"
 
 
 def _check_task(cfg: DictConfig) -> None:
