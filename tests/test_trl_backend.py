@@ -222,3 +222,38 @@ def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
     assert seed_run.state == State.COMPLETE and seed_run.steps_run == 12
     steps = {m.step for m in _mlflow(tmp_path).get_metric_history(seed_run.run_id, "reward/mean")}
     assert steps == set(range(1, 13))  # one unbroken curve across the retry
+
+
+def test_trls_logs_reach_the_reporter_under_our_names():
+    from trainer.backends.trl.callback import our_metrics
+
+    logs = {
+        "reward": 0.5,
+        "frac_reward_zero_std": 0.25,
+        "completions/clipped_ratio": 0.1,
+        "completions/mean_length": 7.0,
+        "rewards/last_number/mean": 0.4,
+        "clip_ratio/region_mean": 0.0,
+        "kl": None,  # nothing to average: left out, never 0
+    }
+    assert our_metrics(logs) == {
+        "reward/mean": 0.5,
+        "groups/frac_mixed": 0.75,
+        "groups/frac_zero_advantage": 0.25,
+        "trl/frac_reward_zero_std": 0.25,
+        "completions/truncated": 0.1,
+        "completions/mean_length": 7.0,
+        "reward/last_number": 0.4,
+        "trl/rewards/last_number/mean": 0.4,
+        "trl/clip_ratio/region_mean": 0.0,
+    }
+
+
+def test_the_start_names_only_the_rules_trl_cannot_feed():
+    from trainer.backends.trl import missing_rules_line
+
+    line = missing_rules_line(compose_conf("backend=trl"))
+    assert line.startswith("backend=trl: not available here, so these health rules never fire:")
+    assert "sampler_kl (kl_sample_train_v2)" in line  # one update a batch: TRL keeps no old logp
+    assert "post_update_kl" not in line and "entropy_collapse" not in line
+    assert missing_rules_line(compose_conf("backend=trl", "num_substeps=2")) is None

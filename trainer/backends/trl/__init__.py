@@ -42,7 +42,15 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
 def given_metrics(cfg: DictConfig) -> set[str]:
     """The health rules' metrics this backend reports (grpo.py says when TRL keeps what the
     sampler-vs-learner KL needs)."""
-    given = {metrics_names.LOSS, metrics_names.GRAD_NORM, metrics_names.EVAL_REWARD}
+    given = {
+        metrics_names.LOSS,
+        metrics_names.GRAD_NORM,
+        metrics_names.EVAL_REWARD,
+        metrics_names.ENTROPY,
+        metrics_names.GROUPS_ZERO_ADVANTAGE,
+        metrics_names.COMPLETIONS_TRUNCATED,
+        metrics_names.COMPLETION_LENGTH,
+    }
     if cfg.compute_post_kl:
         given.add(metrics_names.KL_PRE_POST_V2)
     grpo = cfg.backend.grpo
@@ -134,7 +142,11 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     if main:
         _save_final(cfg, trainer, tokenizer)
     return TrainResult(
-        reporting.last_eval, reporting.baseline, Path(cfg.output_dir), reporting.per_problem
+        reporting.last_eval,
+        reporting.baseline,
+        Path(cfg.output_dir),
+        reporting.per_problem,
+        resumed_from_step=resumed_from_step(cfg) if checkpoint is not None else None,
     )
 
 

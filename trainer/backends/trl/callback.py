@@ -27,6 +27,8 @@ SAME_MEANING = {
     "loss": metrics_names.LOSS,
     "grad_norm": metrics_names.GRAD_NORM,
     "learning_rate": metrics_names.LR,
+    "completions/mean_length": metrics_names.COMPLETION_LENGTH,
+    "completions/clipped_ratio": metrics_names.COMPLETIONS_TRUNCATED,  # cut at max length
 }
 TRL_PREFIX = "trl/"
 TRAIN_SUMMARY = "train_runtime"  # in the log TRL writes once training ended: not a step's
@@ -41,6 +43,7 @@ def our_metrics(logs: dict[str, float]) -> dict[str, float]:
             continue
         if name == "frac_reward_zero_std":  # groups whose rollouts all scored the same
             metrics[metrics_names.GROUPS_MIXED] = 1.0 - value
+            metrics[metrics_names.GROUPS_ZERO_ADVANTAGE] = float(value)
         elif name.startswith("rewards/") and name.endswith("/mean"):
             metrics[metrics_names.reward_part(name.split("/")[1])] = value
         metrics[SAME_MEANING.get(name, TRL_PREFIX + name)] = float(value)
