@@ -40,6 +40,7 @@ def ddp_rank(cfg, reporter) -> TrainResult:
     model = DistributedDataParallel(torch.nn.Linear(FEATURES, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = fixed_batch()
+    Path(t.out).mkdir(parents=True, exist_ok=True)
     mine = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
     for step in range(1, t.steps + 1):
         _note(t.out, rank, seen)
