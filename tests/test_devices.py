@@ -65,3 +65,30 @@ def test_no_pool_leaves_the_config_device_alone():
 def test_bad_pools_fail_in_one_line(setting, message):
     with pytest.raises(SweepError, match=message.replace("(", r"\(").replace(")", r"\)")):
         DevicePool.from_setting(setting, runs_at_once=2)
+
+
+def test_a_run_over_two_processes_takes_two_devices_at_once():
+    """backend.processes=2: each of n_jobs=2 runs leases two devices; a third waits until a
+    run gives its two back, and never holds one while waiting for the other."""
+    pool = DevicePool.from_setting([0, 1, 2, 3], runs_at_once=2, per_run=2)
+    order: list[str] = []
+
+    def third() -> None:
+        with pool.lease() as devices:
+            order.append(f"third got {devices}")
+
+    with pool.lease() as a:
+        with pool.lease() as b:
+            assert (a, b) == ("cuda:0,cuda:1", "cuda:2,cuda:3")
+            waiter = threading.Thread(target=third)
+            waiter.start()
+            time.sleep(0.2)
+            order.append("second done")
+        waiter.join(timeout=5)
+        assert order == ["second done", "third got cuda:2,cuda:3"]
+        assert pool._free == ["cuda:2", "cuda:3"]  # the third gave its two back
+
+
+def test_a_pool_too_small_for_the_runs_processes_is_refused():
+    with pytest.raises(SweepError, match=r"of 2 processes \(backend.processes\) need at least 4"):
+        DevicePool.from_setting([0, 1, 2], runs_at_once=2, per_run=2)
