@@ -146,3 +146,25 @@ def test_sigterm_to_the_job_stops_every_rank(tmp_path):
     time.sleep(0.5)
     assert [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
     assert seen(tmp_path, 0)["last_step"] < 500
+
+
+def test_trl_runs_as_two_ranks_under_the_launcher(tmp_path):
+    """The evidence the TRL backend rests on: GRPOTrainer built in each rank, 2 steps on the
+    tiny model, and accelerate sees 2 processes (its MULTI_CPU state over gloo) on each."""
+    pytest.importorskip("trl", reason="the TRL backend's extra (.[trl]) is not installed")
+    from tests.conftest import compose_conf
+    from trainer.sampling.tiny_model import build_tiny_model
+
+    model = build_tiny_model(compose_conf().model.tiny)
+    cfg = config(tmp_path, steps=2, model=str(model))
+    reporter = Recorder()
+    launch(cfg, reporter, "dist_ranks:trl_rank")
+    assert reporter.steps == [2] and "trl/loss" in reporter.metrics[0]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"trl_rank{rank}.json").read_text())
+        assert seen == {
+            "num_processes": 2,
+            "process_index": rank,
+            "distributed_type": "DistributedType.MULTI_CPU",
+            "world_size": 2,
+        }
