@@ -209,7 +209,8 @@ class _Ranks:
         """The run's ending, from what every rank and the launcher said (once all ended)."""
         if self.verdict is not None:
             raise self.verdict
-        if self.result is not None and self.launcher.returncode == 0:
+        done = all(self.final.get(r) == "done" for r in range(self.processes))
+        if done and self.launcher.returncode == 0:
             return self.result
         # Lost: a rank ended by a signal other than the SIGTERM with which torchrun ends the
         # others once one failed (or all by SIGTERM: none failed first), or a launcher that
