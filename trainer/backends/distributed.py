@@ -3,7 +3,7 @@
 Trials across processes. `backend.processes=N` starts N ranks through torch.distributed's own
 launcher (`python -m torch.distributed.run --standalone --nproc-per-node N`, a subprocess of
 the job in a session of its own). Each rank runs `function(cfg, reporter)` in
-`python -m trainer.backends.distributed`: on CPU over gloo with one thread (OMP_NUM_THREADS=1),
+`python -m trainer.backends.rank`: on CPU over gloo with one thread (OMP_NUM_THREADS=1),
 on GPU over NCCL with device LOCAL_RANK of the trial's devices (`model.device=cuda:2,cuda:5`
 from the sweeper's pool: CUDA_VISIBLE_DEVICES). Every rank checks the world size it sees: a
 launcher that started fewer ranks than asked fails the trial in one line (accelerate's
@@ -27,7 +27,6 @@ nodes (README, "Trials that span processes": the same ranks under a SLURM launch
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
 import secrets
@@ -37,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from multiprocessing.connection import wait as wait_ready
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,8 @@ POLL_S = 0.2
 # What the job tells its ranks (environment variables of the launcher).
 ENV_ADDRESS, ENV_AUTHKEY, ENV_CONFIG = "GRPO_DIST_ADDRESS", "GRPO_DIST_AUTHKEY", "GRPO_DIST_CONFIG"
 ENV_MAIN, ENV_PROCESSES = "GRPO_DIST_MAIN", "GRPO_DIST_PROCESSES"
+# With arguments torch.distributed.run itself, without them a rank (trainer/backends/rank.py).
+RANK_ENTRY = "trainer.backends.rank"
 
 
 def launch(cfg: DictConfig, reporter: Any, rank_main: str) -> Any:
@@ -76,9 +77,8 @@ def launch(cfg: DictConfig, reporter: Any, rank_main: str) -> Any:
             ENV_PROCESSES: str(processes),
             **_device_env(str(cfg.model.device)),
         }
-        command = [sys.executable, "-m", "trainer.backends.distributed", "--standalone"]
-        command += ["--nnodes", "1", "--nproc-per-node", str(processes), "--max-restarts", "0"]
-        command += ["-m", "trainer.backends.distributed"]  # each rank: rank_entry()
+        command = [sys.executable, "-m", RANK_ENTRY, "--standalone", "--nnodes", "1"]
+        command += ["--nproc-per-node", str(processes), "--max-restarts", "0", "-m", RANK_ENTRY]
         launcher = subprocess.Popen(command, env=env, start_new_session=True)
         ranks = _Ranks(server, authkey, launcher, reporter, processes)
         try:
@@ -209,8 +209,8 @@ class _Ranks:
         """The run's ending, from what every rank and the launcher said (once all ended)."""
         if self.verdict is not None:
             raise self.verdict
-        done = all(self.final.get(r) == "done" for r in range(self.processes))
-        if done and self.launcher.returncode == 0:
+        # Every rank finished its work: a crash in the teardown after it changes nothing.
+        if all(self.final.get(r) == "done" for r in range(self.processes)):
             return self.result
         # Lost: a rank ended by a signal other than the SIGTERM with which torchrun ends the
         # others once one failed (or all by SIGTERM: none failed first), or a launcher that
@@ -252,95 +252,3 @@ def portable(error: BaseException) -> BaseException:
         return pickle.loads(pickle.dumps(error))
     except Exception:
         return RuntimeError(fail_reason(error))
-
-
-# --- a rank's side (`python -m trainer.backends.distributed`, under torch.distributed.run) ---
-
-
-class RankReporter:
-    """The reporter every rank gets: a collective (see the module's docstring)."""
-
-    def __init__(self, conn: Connection, rank: int) -> None:
-        self.conn, self.rank = conn, rank
-        self.verdict: BaseException | None = None
-
-    def report(self, step: int, metrics: dict[str, float]) -> None:
-        import torch.distributed as dist
-
-        verdict = [None]
-        if self.rank == 0:
-            self.conn.send(("report", step, dict(metrics)))
-            verdict[0] = self.conn.recv()
-        dist.broadcast_object_list(verdict, src=0)
-        if verdict[0] is not None:
-            self.verdict = verdict[0]
-            raise self.verdict
-
-
-def _connect() -> Connection:
-    host, _, port = os.environ[ENV_ADDRESS].rpartition(":")
-    return Client((host, int(port)), authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
-
-
-def rank_entry() -> None:
-    import torch
-    import torch.distributed as dist
-
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    conn = _connect()
-    conn.send(("hello", rank, os.getpid()))
-    reporter = RankReporter(conn, rank)
-    try:
-        cfg = pickle.loads(Path(os.environ[ENV_CONFIG]).read_bytes())
-        if torch.cuda.is_available() and str(cfg.model.device).startswith("cuda"):
-            torch.cuda.set_device(local)
-            cfg.model.device = f"cuda:{local}"
-            dist.init_process_group("nccl")
-        else:
-            torch.set_num_threads(1)
-            dist.init_process_group("gloo")
-        expected, world = int(os.environ[ENV_PROCESSES]), dist.get_world_size()
-        if world != expected:
-            raise RuntimeError(
-                f"backend.processes={expected}: rank {rank} sees a world size of {world}; "
-                f"the launcher did not start {expected} processes"
-            )
-        module, _, function = os.environ[ENV_MAIN].partition(":")
-        result = getattr(importlib.import_module(module), function)(cfg, reporter)
-        if rank == 0:
-            conn.send(("result", result))
-        conn.send(("done",))
-    except BaseException as e:
-        if e is reporter.verdict:
-            conn.send(("stopped",))
-        else:
-            conn.send(("error", time.time(), portable(e)))
-            raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        conn.close()
-
-
-def launcher_entry(argv: list[str]) -> None:
-    """torch.distributed.run, telling the job how each failed rank ended (its exit status,
-    negative for a signal) before it exits."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
-    exits: dict[int, int] = {}
-    try:
-        run(parse_args(argv))
-    except ChildFailedError as e:
-        exits = {rank: failure.exitcode for rank, failure in e.failures.items()}
-        raise SystemExit(1) from None
-    finally:
-        with _connect() as conn:
-            conn.send(("launcher", exits))
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        launcher_entry(sys.argv[1:])
-    else:
-        rank_entry()
