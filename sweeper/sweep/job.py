@@ -30,7 +30,7 @@ from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
-from trainer.base.errors import fail_reason
+from trainer.base.errors import RankLost, fail_reason
 from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import (
     FORECAST,
@@ -279,8 +279,9 @@ def run_trial(cfg: DictConfig) -> float:
         error = e
         raise
     finally:
-        # A store that stayed away: nothing can be recorded; the sweep sees the run lost.
-        if not isinstance(error, DatabaseUnreachable):
+        # A store that stayed away (nothing can be recorded) or a rank that died: the sweep
+        # sees the run lost and queues it again.
+        if not isinstance(error, (DatabaseUnreachable, RankLost)):
             replicate = outcome(started, reporter, result, error)
             trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)

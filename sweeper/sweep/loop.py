@@ -99,7 +99,8 @@ class SweepRunner:
             os._exit(1)
 
     def _sweep(self) -> list[JobReturn]:
-        self.devices = DevicePool.from_setting(self.conf.devices, self.lanes)
+        processes = self.config.backend.processes  # devices a trial takes
+        self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
         study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
         with signals_interrupt():
             try:

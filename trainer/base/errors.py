@@ -21,3 +21,9 @@ def fail_reason(error: BaseException) -> str:
         if str(error).strip()
         else type(error).__name__
     )
+
+
+class RankLost(RuntimeError):
+    """A rank of a run over several processes died without a word (kill -9, the OOM killer):
+    lost infrastructure, like an unreachable store, not the configuration's failure; the
+    sweep's job records nothing and the sweeper queues the point again."""

@@ -30,12 +30,10 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     """A run in this process. A run over several (backend.processes > 1) is started by the
-    multi-process launcher, which runs `train_rank` in each; it is not imported here, since it
-    imports this package."""
+    switch above (trainer/backends/__init__.py) through the launcher
+    (trainer/backends/distributed.py), which runs `train_rank` in each process."""
     if cfg.backend.processes > 1:
-        raise NotImplementedError(
-            "backend.processes > 1: launch train_rank in each process (trainer/backends/)"
-        )
+        raise ValueError("backend.processes > 1 runs through trainer.backends.train (the launcher)")
     return train_rank(cfg, reporter)
 
 
