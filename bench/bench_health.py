@@ -151,7 +151,12 @@ def main() -> None:
     args = p.parse_args()
     if args.command == "record":
         record(
-            args.lrs, args.substeps, args.steps, args.curves, tuple(args.seeds), tuple(args.overrides)
+            args.lrs,
+            args.substeps,
+            args.steps,
+            args.curves,
+            tuple(args.seeds),
+            tuple(args.overrides),
         )
     print(summarize(args.curves))
 
