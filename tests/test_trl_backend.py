@@ -257,3 +257,66 @@ def test_the_start_names_only_the_rules_trl_cannot_feed():
     assert "sampler_kl (kl_sample_train_v2)" in line  # one update a batch: TRL keeps no old logp
     assert "post_update_kl" not in line and "entropy_collapse" not in line
     assert missing_rules_line(compose_conf("backend=trl", "num_substeps=2")) is None
+
+
+TWO_RANKS = ["backend=trl", "backend.processes=2", "batch_size=4", "group_size=4"]
+TWO_RANKS += ["max_steps=6", "eval_every=3", "task.eval_size=16", "hydra.sweeper.health=[]"]
+
+
+def _ranks(sweep: subprocess.Popen) -> list:
+    """The trial's rank processes: children of torch.distributed's launcher, itself started as
+    `python -m trainer.backends.rank --standalone ...`."""
+    import psutil
+
+    found = []
+    for process in psutil.Process(sweep.pid).children(recursive=True):
+        try:
+            line = process.cmdline()
+        except psutil.NoSuchProcess:
+            continue
+        if "trainer.backends.rank" in line and "--standalone" not in line:
+            found.append(process)
+    return found
+
+
+@pytest.mark.slow
+def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
+    done = run_sweep(tmp_path, *TWO_RANKS, "lr=1e-3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    assert trial.state.name == "COMPLETE" and trial.value is not None
+    runs = _mlflow(tmp_path).search_runs(
+        ["1"], filter_string=f"tags.`{Tag.ROLE}` = '{records.Role.TRIAL}'"
+    )
+    (run,) = runs  # rank 0 alone reports: one training run
+    assert run.info.status == "FINISHED"
+    assert run.data.params["world_size"] == "2" and run.data.params["backend"] == "trl"
+    steps = {m.step for m in _mlflow(tmp_path).get_metric_history(run.info.run_id, "loss")}
+    assert steps == set(range(1, 7))  # each step once, not once a rank
+
+
+@pytest.mark.slow
+def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_path):
+    import psutil
+
+    sweep = start_sweep(tmp_path, *TWO_RANKS, "lr=1e-3", stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("multirun/*/*/t0/*")) or len(_ranks(sweep)) < 2:
+        assert time.monotonic() < deadline and sweep.poll() is None, "no trial with 2 ranks"
+        time.sleep(0.2)
+    time.sleep(5)  # into training
+    ranks = _ranks(sweep)
+    ranks[-1].send_signal(signal.SIGKILL)
+    _, stderr = sweep.communicate(timeout=600)
+    trials = study_in(tmp_path).trials
+    if not any(t.state.name == "COMPLETE" for t in trials):  # the worker stopped: run it again
+        again = run_sweep(tmp_path, *TWO_RANKS, "lr=1e-3")
+        assert again.returncode == 0, again.stderr[-3000:]
+        trials = study_in(tmp_path).trials
+    lost = [t for t in trials if t.user_attrs.get(TrialAttr.INTERRUPTED)]
+    assert lost and "SIGKILL" in lost[0].user_attrs[TrialAttr.FAIL_REASON], stderr[-3000:]
+    assert [t.state.name for t in trials if t not in lost] == ["COMPLETE"]
+    assert not any(t.state.name == "RUNNING" for t in trials)
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive  # no rank outlives its trial
