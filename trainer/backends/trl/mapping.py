@@ -167,6 +167,12 @@ DEFAULTS = (
     Row("remove_unused_columns", "", lambda x: False, "a dataset's columns reach the rewards"),
     Row("report_to", "", lambda x: "none", "the sweeper's reporter logs to MLflow"),
     Row("disable_tqdm", "", lambda x: True, "one progress line is ours"),
+    Row(
+        "ddp_find_unused_parameters",
+        "",
+        lambda x: False,
+        "every LoRA weight gets a gradient: no extra autograd pass a step (processes > 1)",
+    ),
 )
 
 
