@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from trainer.base import metrics
 from trainer.model import cpu_linear, onednn_check
 from trainer.model.cpu_linear import OneDNNLinear, decide, linear, use_onednn
+from trainer.run.tracking import backend_params
 from trainer.run.train import train
 
 pytestmark = pytest.mark.skipif(not cpu_linear.AVAILABLE, reason="this torch has no oneDNN")
@@ -169,3 +170,14 @@ def test_the_tiny_model_trains_bit_for_bit_alike_with_onednn_forced_on_or_off(
              for s, m in recorder.steps.items()}
         )  # fmt: skip
     assert runs[0] == runs[1] and len(runs[0]) == 4
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize(("setting", "expected"), [("1", "on"), ("0", "off")])
+def test_the_decision_is_a_run_param_read_from_the_models_shapes(
+    setting, expected, smollm2, composed, monkeypatch
+):
+    monkeypatch.setenv(cpu_linear.VARIABLE, setting)
+    assert backend_params(composed(f"model.path={smollm2}"))["onednn"] == expected
+    assert backend_params(composed())["onednn"] == "off"  # the tiny model: nothing that large
+    assert backend_params(composed(f"model.path={smollm2}", "backend=trl"))["onednn"] == "off"
