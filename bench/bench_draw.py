@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 from trainer.sampling.torch_sampler import draw
 
@@ -51,7 +51,7 @@ def main() -> None:
     result = {
         "shape": [args.rows, args.vocab],
         "threads": args.threads,
-        "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
+        "machine": machine(),
         "ms_per_draw_by_round": rounds,
         "median_ms": {name: statistics.median(v) for name, v in rounds.items()},
     }

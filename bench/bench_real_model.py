@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench_vs_trl import QUESTIONS, RESULTS, run_ours  # bench/ is on the path: a script
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 SHAPE = {"prompts": 32, "group": 8, "tokens": 64, "rank": 8, "model": "smollm2"}
 
@@ -101,8 +101,7 @@ def main() -> None:
         "prompts": "chat-rendered in bench/arithmetic.jsonl (write_questions)",
         "threads": args.threads,
         "steps": args.steps,
-        "machine": f"{os.cpu_count()} CPUs shared with other jobs, torch "
-        f"{__import__('torch').__version__}",
+        "machine": machine("shared with other jobs"),
         "date": time.strftime("%Y-%m-%d"),
         "runs": runs,
     }

@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -122,7 +123,7 @@ def main() -> None:
         "overrides": shape,
         "seeds": args.seeds,
         "parallel": args.parallel,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), torch CPU",
+        "machine": machine("shared with other jobs"),
         "wall_s": time.perf_counter() - started,
         "summary": summary,
         "runs": runs,

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine_info import machine  # bench/ is on the path: this runs as a script
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -107,7 +109,7 @@ def main() -> None:
     report = {
         "sweeps": [args.small, args.large],
         "steps": args.steps,
-        "machine": f"{os.cpu_count()} CPUs",
+        "machine": machine(),
         "date": time.strftime("%Y-%m-%d"),
         "runs": rows,
     }

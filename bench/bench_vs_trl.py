@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from bench_models import model_dir  # bench/ is on the path: this runs as a script
+from machine_info import machine
 from matmul_clock import MatmulClock
 
 RESULTS = Path(__file__).parent / "results"
@@ -81,6 +82,7 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
         from trainer.train import train
 
     logging.disable(logging.WARNING)
+    tokens = count_our_tokens()
     stamps: list[float] = []
     splits: dict[str, list[float]] = {key: [] for key in SPLITS}
 
@@ -120,12 +122,33 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
     step_s = [b - a for a, b in zip(stamps, stamps[1:], strict=False)][1:-1]
     if not step_s:  # a run of two steps (the real model's memory): the last one, eval and all
         return summarise([stamps[-1] - stamps[-2]], {k: v[-1:] for k, v in splits.items()}, work)
-    return summarise(step_s, {k: v[1:-1] for k, v in splits.items()}, work)
+    return summarise(step_s, {k: v[1:-1] for k, v in splits.items()}, work, tokens[1:-1])
 
 
-def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> dict:
+def count_our_tokens() -> list[int]:
+    """The completion tokens each training step generates (evals sample elsewhere)."""
+    from trainer.rl import pipelines
+
+    tokens: list[int] = []
+    sample = pipelines.sample_groups
+
+    def counted(*args, **kwargs):
+        groups = sample(*args, **kwargs)
+        tokens.append(sum(len(r.completion_ids) for r in groups.rollouts_N))
+        return groups
+
+    pipelines.sample_groups = counted
+    return tokens
+
+
+def run_trl(
+    work: dict, path: Path, steps: int, checkpointing: bool = False, **options: bool
+) -> dict:
     """TRL's GRPOTrainer on our work. TRL turns gradient checkpointing on by default (one more
-    forward a step, for less memory); equal work means off, `trl-defaults` keeps it on."""
+    forward a step, for less memory); equal work means off, `trl-defaults` keeps it on.
+    onednn: its model's linear layers through the routing ours takes (cpu_linear.use_onednn:
+    equal kernels). accumulate: the batch as 4 micro-batches of 8 rollouts, gradients
+    accumulated, one optimizer step (equal work in less memory than one 32-row batch)."""
     import random
 
     import torch
@@ -154,12 +177,13 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
             for c, a, ids in zip(completions, answer, completion_ids, strict=True)
         ]
 
+    micro_batches = 4 if options.get("accumulate") else 1
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
             output_dir=out,
-            per_device_train_batch_size=work["prompts"] * work["group"],
+            per_device_train_batch_size=work["prompts"] * work["group"] // micro_batches,
             num_generations=work["group"],
-            gradient_accumulation_steps=1,
+            gradient_accumulation_steps=micro_batches,
             steps_per_generation=1,
             max_completion_length=work["tokens"],
             learning_rate=LR,
@@ -181,6 +205,10 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
             gradient_checkpointing=checkpointing,
         )
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if options.get("onednn"):  # before PEFT wraps them: its base layers keep the class
+            from trainer.model.cpu_linear import use_onednn
+
+            use_onednn(model)
         lora = LoraConfig(
             r=work["rank"],
             lora_alpha=2 * work["rank"],
@@ -191,13 +219,16 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
         trainer = GRPOTrainer(
             model, reward, args, dataset, processing_class=tokenizer, peft_config=lora
         )
-        times: dict[str, list[float]] = {"step": [], "sample": [], "optimizer": []}
+        times: dict[str, list[float]] = {"step": [], "sample": [], "optimizer": [], "tokens": []}
+        # With accumulation TRL generates each micro-batch's rollouts apart: summed a step.
+        pending = {"sample": 0.0, "tokens": 0}
         generate = trainer._generate_and_score_completions  # sampling, scoring, advantages
 
         def timed_generate(*a, **k):
             started = time.perf_counter()
             result = generate(*a, **k)
-            times["sample"].append(time.perf_counter() - started)
+            pending["sample"] += time.perf_counter() - started
+            pending["tokens"] += int(result["completion_mask"].sum())
             return result
 
         trainer._generate_and_score_completions = timed_generate
@@ -214,6 +245,9 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
 
             def on_step_end(self, *_, **__):
                 times["step"].append(time.perf_counter() - self.step_started)
+                for key in pending:
+                    times[key].append(pending[key])
+                    pending[key] = 0
                 if CLOCK:
                     CLOCK.step_ended()
 
@@ -223,7 +257,7 @@ def run_trl(work: dict, path: Path, steps: int, checkpointing: bool = False) -> 
     sample, optimizer = times["sample"][1:], times["optimizer"][1:]
     forward_backward = [t - s - o for t, s, o in zip(step_s, sample, optimizer, strict=True)]
     splits = {"sample": sample, "forward_backward": forward_backward, "optimizer": optimizer}
-    return summarise(step_s, splits, work)
+    return summarise(step_s, splits, work, times["tokens"][1:])
 
 
 def task_overrides(work: dict) -> list[str]:
@@ -248,6 +282,10 @@ def run_trl_defaults(work: dict, path: Path, steps: int) -> dict:
     return run_trl(work, path, steps, checkpointing=True)
 
 
+def trl_with(**options: bool):
+    return lambda work, path, steps: run_trl(work, path, steps, **options)
+
+
 TRAINERS = {
     "ours": run_ours,
     "ours-equal": run_ours_equal,
@@ -256,13 +294,24 @@ TRAINERS = {
     "before": run_ours,
     "before-equal": run_ours_equal,
     "ours-blas": run_ours,  # ours with every linear layer on torch's own path (cpu_linear.py)
+    "trl-onednn": trl_with(onednn=True),  # TRL on the kernels ours takes: equal kernels
+    "trl-accum": trl_with(accumulate=True),
+    "trl-accum-onednn": trl_with(accumulate=True, onednn=True),
 }
+ONEDNN_OFF = ("ours-blas",)  # GRPO_SWEEPER_ONEDNN=0 in these runs
 
 
-def summarise(step_s: list[float], splits: dict[str, list[float]], work: dict) -> dict:
+def summarise(
+    step_s: list[float], splits: dict[str, list[float]], work: dict, tokens: list[int] = ()
+) -> dict:
+    """tokens: the completion tokens each timed step generated (both stop at end-of-sequence,
+    so a step's work varies): their median, and the step's seconds per generated token."""
     median = statistics.median(step_s)
+    generated = statistics.median(tokens) if tokens else float("nan")
     return {
         "median_step_s": round(median, 4),
+        "median_tokens_per_step": generated,
+        "ms_per_generated_token": round(1000 * median / generated, 2) if tokens else None,
         "rollouts_per_s": round(work["prompts"] * work["group"] / median, 1),
         **{f"median_{k}_s": round(statistics.median(v), 4) for k, v in splits.items()},
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
@@ -281,7 +330,7 @@ def one_run(trainer: str, path: Path, args: argparse.Namespace, steps: int) -> d
     env = dict(os.environ)
     if trainer.startswith("before"):  # an older checkout's trainer package, first on the path
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))
-    if trainer == "ours-blas":
+    if trainer in ONEDNN_OFF:
         env["GRPO_SWEEPER_ONEDNN"] = "0"
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
@@ -321,7 +370,10 @@ def main() -> None:
         "compute; trl: TRL without gradient checkpointing (equal work); trl-defaults: TRL as "
         "configured by default (gradient checkpointing on); before, before-equal: ours and "
         "ours-equal from the checkout at --before; ours-blas: ours with every linear layer "
-        "on torch's own matmul (GRPO_SWEEPER_ONEDNN=0)",
+        "on torch's own matmul (GRPO_SWEEPER_ONEDNN=0); trl-onednn: TRL with its linear layers "
+        "through ours' oneDNN routing (equal kernels); trl-accum(-onednn): TRL with 4 "
+        "micro-batches of 8 and gradient accumulation, no checkpointing (the 256-token equal "
+        "work that fits memory)",
     )
     parser.add_argument(
         "--before",
@@ -333,6 +385,8 @@ def main() -> None:
         help="one profiled run a trainer: the time its matrix products take a step, which "
         "bounds the ratio any change can reach (bench/results/matmul_<workload>.json)",
     )
+    parser.add_argument("--tag", help="results/vs_trl_<workload>_<tag>.json (kept apart)")
+    parser.add_argument("--note", default="", help="how the host was used, for the result")
     parser.add_argument("--only", help=argparse.SUPPRESS)  # internal: one run, JSON to stdout
     parser.add_argument("--model", help=argparse.SUPPRESS)  # internal: the run's model
     args = parser.parse_args()
@@ -371,30 +425,39 @@ def main() -> None:
         return
 
     runs: dict[str, list[dict]] = {name: [] for name in args.trainers}
-    for repeat in range(args.repeats):
+    for repeat in range(args.repeats):  # each round written: a cut-short run keeps its rounds
         for name in args.trainers:
             result = one_run(name, path, args, steps)
             runs[name].append(result)
             print(f"[{repeat + 1}/{args.repeats}] {name}: {json.dumps(result)}", flush=True)
+        report = write_report(args, work, steps, runs)
+    print(json.dumps({k: v for k, v in report.items() if k == "median" or k.startswith("ratio")}))
+
+
+REFERENCES = ("trl", "trl-onednn", "trl-accum", "trl-accum-onednn", "trl-defaults")
+
+
+def write_report(args: argparse.Namespace, work: dict, steps: int, runs: dict) -> dict:
     report = {
         "workload": {"name": args.workload, **work, "threads": args.threads, "steps": steps},
-        "machine": f"{os.cpu_count()} CPUs, torch {__import__('torch').__version__}",
+        "machine": machine(args.note),
         "date": time.strftime("%Y-%m-%d"),
+        "rounds": len(next(iter(runs.values()))),
         "runs": runs,
         "median": {
             name: {
-                key: statistics.median(r[key] for r in results)
+                key: statistics.median(r[key] for r in results if r[key] is not None)
                 for key in results[0]
-                if key != "steps_timed"
+                if key != "steps_timed" and results[0][key] is not None
             }
             for name, results in runs.items()
         },
     }
-    for reference in ("trl", "trl-defaults"):  # each round's ratio: ours / TRL
+    for reference in REFERENCES:  # each round's ratio: ours / TRL
         if reference in runs:
             report[f"ratio_to_{reference}"] = {
                 name: round_ratios(runs[name], runs[reference])
-                for name in sorted(set(runs) - {"trl", "trl-defaults"})
+                for name in sorted(set(runs) - set(REFERENCES))
             }
     # What the change bought: each of ours against the same settings at --before.
     changed = {new: old for new, old in BEFORE_OF.items() if new in runs and old in runs}
@@ -404,9 +467,12 @@ def main() -> None:
         }
     if "ours" in runs and "ours-blas" in runs:  # what oneDNN's matmuls bought
         report["ratio_to_ours_blas"] = {"ours": round_ratios(runs["ours"], runs["ours-blas"])}
+    if "trl" in runs and "trl-onednn" in runs:  # and what they buy TRL
+        report["ratio_trl_onednn_to_trl"] = round_ratios(runs["trl-onednn"], runs["trl"])
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"vs_trl_{args.workload}.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if k == "median" or k.startswith("ratio")}))
+    name = f"vs_trl_{args.workload}" + (f"_{args.tag}" if args.tag else "")
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 if __name__ == "__main__":

@@ -1,40 +1,106 @@
 """Float32 linear layers on a CPU through oneDNN rather than the BLAS torch picks for them.
 
 torch's CPU wheel runs a float32 `F.linear` / `torch.mm` through MKL, and MKL on a CPU that is
-not Intel's takes its generic AVX2 code. oneDNN, in the same wheel (the kernels torch.compile
-uses for linear layers on a CPU, `torch.ops.mkldnn._linear_pointwise`), uses the AVX-512 the CPU
-has: on this project's AMD EPYC (Zen 5) machines it is about twice as fast at a real model's
-shapes, in float32, to float32's rounding (measured in bench/BENCHMARKS.md). `linear` takes it
-wherever it applies: the sampler's decoding, the learner's merged layers
+not Intel's takes its generic AVX2 code. oneDNN, in the same wheel
+(`torch.ops.mkldnn._linear_pointwise`), uses the AVX-512 the CPU has: on an AMD EPYC (Zen 5)
+it is about twice as fast at a real model's shapes, in float32, to float32's rounding
+(bench/BENCHMARKS.md). torch.compile does not do this for us: on x86 it keeps float32 linear
+layers on MKL (packed, with freezing) and takes oneDNN's op for bfloat16 and float16 only.
+`linear` takes it wherever it applies: the sampler's decoding, the learner's merged layers
 (trainer/model/merged_lora.py), the output layer's chunks (trainer/model/logprobs.py);
 `use_onednn` switches a model's own nn.Linear layers.
 
-Weights under MIN_WEIGHT_ELEMENTS stay on torch's path: there the call's overhead is what
-counts, and every recorded tiny-model result was made there, bit for bit. GRPO_SWEEPER_ONEDNN=0
-in the environment keeps every layer on torch's path (to compare, or to rule oneDNN out), as
-does `torch.backends.mkldnn.enabled = False`. oneDNN follows torch's float32 matmul precision:
-`torch.set_float32_matmul_precision("medium")` lets it use bfloat16 where the CPU has it.
+GRPO_SWEEPER_ONEDNN (MODES) chooses: `auto` (the default) lets `decide` check a model's own
+shapes on this host (trainer/model/onednn_check.py: the same values, and faster) and keeps
+torch's path on any other result or any exception, with one log line saying why; `1` forces
+oneDNN, `0` torch's path. Weights under MIN_WEIGHT_ELEMENTS stay on torch's path whatever the
+setting: there the call's overhead is what counts, and every recorded tiny-model result was
+made there, bit for bit; so does everything with `torch.backends.mkldnn.enabled = False`.
+oneDNN follows torch's float32 matmul precision: `torch.set_float32_matmul_precision("medium")`
+lets it use bfloat16 where the CPU has it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from trainer.model import onednn_check
+
+log = logging.getLogger(__name__)
+
 MIN_WEIGHT_ELEMENTS = 1 << 16  # the tiny model's largest weight is 128 x 256 = 32,768
-AVAILABLE = (
-    os.environ.get("GRPO_SWEEPER_ONEDNN", "1") != "0"
-    and torch.backends.mkldnn.is_available()
-    and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-)
+VARIABLE = "GRPO_SWEEPER_ONEDNN"
+MODES = ("auto", "1", "0")
+AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def mode() -> str:
+    value = os.environ.get(VARIABLE, "auto")
+    if value not in MODES:
+        raise ValueError(f"{VARIABLE}={value!r}: must be one of {', '.join(MODES)}")
+    return value
+
+
+# Whether `linear` takes oneDNN: forced by the setting, else what `decide` found (torch's path
+# until it has run).
+ENABLED = AVAILABLE and os.environ.get(VARIABLE) == "1"
+decided: dict[tuple, tuple[bool, str]] = {}  # shapes -> (use, why), this process's answers
+
+
+def weight_shapes(model: torch.nn.Module) -> list[tuple[int, int]]:
+    """The distinct (out, in) of the model's linear weights that oneDNN would take."""
+    shapes = {
+        tuple(m.weight.shape)
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+        and m.weight.numel() >= MIN_WEIGHT_ELEMENTS
+        and "lora_" not in name  # an adapter's factors: not the model's shapes
+    }
+    return sorted(shapes)
+
+
+def decide(model: torch.nn.Module) -> tuple[bool, str]:
+    """Whether this process computes the model's large float32 linear layers in oneDNN, and
+    why; sets ENABLED. `auto` checks the model's shapes once per host, torch and shape set."""
+    global ENABLED
+    setting, shapes = mode(), weight_shapes(model)
+    if not AVAILABLE or setting == "0" or not shapes:
+        use, why = (
+            False,
+            (
+                "this torch has no oneDNN"
+                if not AVAILABLE
+                else f"{VARIABLE}=0"
+                if setting == "0"
+                else "no weight that large"
+            ),
+        )
+    elif setting == "1":
+        use, why = True, f"{VARIABLE}=1"
+    elif tuple(shapes) in decided:
+        use, why = decided[tuple(shapes)]
+    else:
+        try:
+            use, why = onednn_check.decision(shapes, onednn_linear, F.linear)
+        except Exception as e:  # an op that rejects an input on this torch: torch's path
+            use, why = False, f"the check failed: {type(e).__name__}: {e}"
+        decided[tuple(shapes)] = use, why
+        if use:
+            log.info("oneDNN for float32 linear layers: %s", why)
+        else:
+            log.warning("oneDNN off, torch's linear layers instead: %s", why)
+    ENABLED = use
+    return use, why
 
 
 def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (  # the size first: a small model's layers are turned away at once
-        AVAILABLE
+        ENABLED
         and weight.numel() >= MIN_WEIGHT_ELEMENTS
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
@@ -59,6 +125,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if needs_grad:
         return OneDNNLinearFunction.apply(x, weight, bias)
     return onednn_linear(x, weight, bias)
+
+
+def checkpoint_decision(path: str) -> tuple[bool, str]:
+    """`decide` for the model in a checkpoint directory, from its shapes alone (built on the
+    meta device: no weights loaded), so a run can record the decision before it trains."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    return decide(model)  # outside: the check's own tensors are real
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
@@ -95,8 +171,8 @@ class OneDNNLinear(torch.nn.Linear):
 def use_onednn(model: torch.nn.Module) -> None:
     """Every plain nn.Linear of the model computes through `linear` from now on. The class is
     switched in place (a subclass that adds no state), so the parameters and any weights tied
-    to them stay the same tensors."""
-    if not AVAILABLE:
+    to them stay the same tensors. Nothing changes where `decide` keeps torch's path."""
+    if not decide(model)[0]:
         return
     for module in model.modules():
         if type(module) is torch.nn.Linear:

@@ -67,7 +67,19 @@ def backend_params(cfg: DictConfig) -> dict[str, Any]:
         "backend": cfg.backend.name,
         "backend_version": backend_version,
         "world_size": cfg.backend.processes,
+        "onednn": onednn_param(cfg),
     }
+
+
+def onednn_param(cfg: DictConfig) -> str:
+    """on | off: whether our trainer computes this model's float32 linear layers in oneDNN on
+    this host (trainer/model/cpu_linear.py decides); off for TRL's trainer and off a CPU."""
+    from trainer.model.cpu_linear import checkpoint_decision
+    from trainer.sampling.model_source import model_path, resolve_device
+
+    on_cpu = resolve_device(cfg.model.device).type == "cpu" and cfg.model.dtype == "float32"
+    use = cfg.backend.name == "ours" and on_cpu and checkpoint_decision(model_path(cfg))[0]
+    return "on" if use else "off"
 
 
 def check_tracking_uri(uri: str | None = None) -> str:
