@@ -86,7 +86,18 @@ def test_every_root_hyperparameter_has_a_row():
 
 def test_every_bad_input_test_has_a_readme_row():
     table = section("Bad input")
-    shown = {"BAD_JSONL": "bad.jsonl", "QA_JSONL": "qa.jsonl", "CHAT_JSONL": "chat.jsonl"}
+    shown = {
+        "BLANK_PROMPT_JSONL": "qa.jsonl",
+        "BLANK_ANSWER_CSV": "qa.csv",
+        "BAD_JSONL": "bad.jsonl",
+        "QA_JSONL": "qa.jsonl",
+        "CHAT_JSONL": "chat.jsonl",
+        "EMPTY_DIR": "empty/",
+        "CONFIG_ONLY_DIR": "m/",
+        "CUT_WEIGHTS_DIR": "m/",
+        "NO_TOKENIZER_DIR": "m/",
+        "TINY_DIR": "m/",
+    }
     for _, _, message in ROWS:
         for placeholder, name in shown.items():
             message = message.replace(placeholder, name)

@@ -27,7 +27,7 @@ SAME_MEANING = {
     "loss": metrics_names.LOSS,
     "grad_norm": metrics_names.GRAD_NORM,
     "learning_rate": metrics_names.LR,
-    "completions/mean_length": metrics_names.COMPLETION_LENGTH,
+    metrics_names.COMPLETION_LENGTH: metrics_names.COMPLETION_LENGTH,  # TRL logs it as we do
     "completions/clipped_ratio": metrics_names.COMPLETIONS_TRUNCATED,  # cut at max length
 }
 TRL_PREFIX = "trl/"
