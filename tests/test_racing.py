@@ -8,7 +8,10 @@ import pytest
 from analysis import stats
 from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
+from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper import SweepError
+from sweeper.plan.settings import resolve_settings
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 
@@ -84,6 +87,32 @@ def test_seeds_to_separate_a_difference_that_stays_as_it_is():
     raised = stats.variance_bound(stats.pooled_variance([(0.40, 0.44), (0.38, 0.42)]))
     assert seeds_to_separate((0.40, 0.44), (0.38, 0.42), LEVEL_5, raised) == 51
     assert seeds_to_separate((0.4, 0.5), (0.4, 0.5), LEVEL_5) == float("inf")
+
+
+def test_the_optimistic_difference_is_the_upper_confidence_bound_of_the_gap():
+    # pooled variance (0.0008 + 0.0008) / 2 = 0.0008 on df 2; se = sqrt(0.0008 x 1) = 0.028284;
+    # 0.10 + t(2, one-sided 95%) 2.920 x 0.028284 = 0.10 + 0.08259 = 0.18259
+    pool = stats.pooled_variance([(0.40, 0.44), (0.30, 0.34)])
+    bound = stats.difference_bound((0.40, 0.44), (0.30, 0.34), pool, 0.95)
+    assert bound == pytest.approx(0.18259, abs=1e-5)
+    # n=2: t(2, 0.99375) 8.860 x 0.028284 = 0.2506 > 0.1826; n=3 (df 4): 4.315 x 0.028284 x
+    # 0.8165 = 0.0996 < 0.1826
+    assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5, pool, bound) == 3
+    assert stats.difference_bound((0.4, 0.5), (0.3,), stats.pooled_variance([])) == float("inf")
+
+
+def test_the_default_difference_that_counts_is_the_eval_stderr_over_the_seeds_run():
+    assert minimal_difference([0.03, 0.05, None, float("nan")]) == pytest.approx(0.04)
+    assert minimal_difference([None]) == 0.0
+
+
+def test_a_negative_min_difference_is_refused_in_one_line():
+    with pytest.raises(SweepError) as e:
+        resolve_settings(GRPOSweeperConf(min_difference=-0.01), 0.01)
+    assert str(e.value) == (
+        "hydra.sweeper.min_difference=-0.01: must be >= 0, or null (eval stderr)"
+    )
+    assert resolve_settings(GRPOSweeperConf(min_difference=0.02), 0.01).min_difference == 0.02
 
 
 def test_fewer_than_two_seeds_is_never_a_verdict():
