@@ -68,12 +68,11 @@ def test_two_close_draws_are_not_trusted_when_the_pool_says_seeds_spread_more():
     step = decide(me, [leader], 5, True, False)
     assert step.why == "2 seeds; not yet separated from t0"
     # A third configuration spreads 0.10: pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on
-    # df 3, raised by 1.6050: 0.00273, level 1 - 0.05/8; even at 8 seeds each (df 15)
-    # t 3.286 x 0.0522 x 0.5 = 0.0858 > 0.08: tied, 9 seeds would separate them
+    # df 3, raised by 1.6050: 0.00273. The observed 0.08 would need ~9 seeds each, but the
+    # optimistic difference, 0.08 + t(3, one-sided 95%) 2.353 x 0.0522 = 0.203, would
+    # separate within max_seeds: two seeds' gap is not trusted to call the race futile
     step = decide(me, [leader, Entry("t2", (0.10, 0.20))], 5, True, False)
-    assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~9 seeds each (max_seeds=5)"
-    )
+    assert step.why == "2 seeds; not yet separated from t0"
     # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict
     assert decide(me, [leader], 5, True, False, configurations=5).action == SEED
 
@@ -131,11 +130,32 @@ def test_a_contender_that_more_seeds_could_separate_gets_one_more():
     assert step.action == SEED and "not yet separated from t0" in step.why
 
 
-def test_a_tie_no_affordable_seeds_would_break_stops_and_says_what_it_would_take():
-    step = decide(Entry("t1", (0.38, 0.42)), [Entry("t0", (0.40, 0.44))], 5, True, False)
+def test_a_tie_even_the_optimistic_difference_would_not_break_stops_and_says_why():
+    # pooled (0.0008 + 0.0008) / 4 = 0.0004 on df 4, raised by 4 / chi2(0.40, 4) = 1.4530:
+    # 0.000581, sd 0.02411; optimistic: 0.01 + t(4, one-sided 95%) 2.132 x 0.02411 x sqrt(2/3)
+    # = 0.0520. Level 1 - 0.05/3 (max_seeds=4): at 4 seeds (df 6) 3.287 x 0.02411 x 0.7071 =
+    # 0.0560 > 0.0520, at 5 (df 8) 3.016 x 0.02411 x 0.6325 = 0.0460 < 0.0520: ~5 > 4
+    step = decide(
+        Entry("t1", (0.39, 0.43, 0.41)), [Entry("t0", (0.40, 0.44, 0.42))], 4, True, False
+    )
     assert step.action == STOP
     assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~51 seeds each (max_seeds=5)"
+        "tied with t0 after 3 seeds: even a difference of 0.052 (95% upper bound) would take "
+        "~5 seeds each (max_seeds=4)"
+    )
+
+
+def test_two_seeds_keep_racing_unless_even_the_optimistic_difference_is_below_the_one_that_counts():
+    # pooled 0.0008 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: sd 0.03957; optimistic
+    # 0.02 + t(2, one-sided 95%) 2.920 x 0.03957 = 0.1356, separable at 4 seeds (df 6):
+    # t(6, 0.99375) 3.521 x 0.03957 x 0.7071 = 0.0985 < 0.1356
+    me, leader = Entry("t1", (0.38, 0.42)), Entry("t0", (0.40, 0.44))
+    assert decide(me, [leader], 5, True, False).action == SEED
+    step = decide(me, [leader], 5, True, False, min_difference=0.2)
+    assert step.action == STOP
+    assert step.why == (
+        "tied with t0 after 2 seeds: the difference is at most 0.136 (95% upper bound), below "
+        "min_difference=0.2"
     )
 
 
