@@ -119,6 +119,7 @@ def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_pat
         "hydra.sweeper.health=[]",
         "max_steps=20",
         "eval_every=0",
+        timeout=1800,  # 6-11 runs of the default 256-rollout step
     )
     assert done.returncode == 0, done.stderr[-3000:]
     trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
