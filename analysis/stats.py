@@ -40,6 +40,11 @@ VARIANCE_BOUND = 0.60
 # the race's per-look level (decided_level): the race stops spending seeds on a configuration
 # at its own level, a claim that one configuration beats another needs more.
 DECIDED_FACTOR = 4
+# seeds=auto stops a race as futile only when even an optimistic difference, |difference| at
+# its one-sided FUTILITY_LEVEL upper confidence bound (difference_bound), could not be
+# separated within max_seeds, or is below the minimal difference that counts: two seeds'
+# observed difference is mostly noise, and judging futility on it abandoned real differences.
+FUTILITY_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -170,18 +175,35 @@ def decided_level(max_seeds: int, configurations: int = 2) -> float:
     return 1 - (1 - look_level(max_seeds, configurations)) / DECIDED_FACTOR
 
 
-def seeds_to_separate(
-    a: Sequence[float], b: Sequence[float], level: float, pool: Pooled | None = None
+def difference_bound(
+    a: Sequence[float], b: Sequence[float], pool: Pooled, level: float = FUTILITY_LEVEL
 ) -> float:
-    """Seeds each that would make the current difference of means significant at `level`,
-    if the means and the pooled spread stayed as they are (inf: no difference to find).
+    """|mean(a) - mean(b)| + t(df, one-sided level) x sqrt(s^2 (1/n_a + 1/n_b)): the largest
+    difference the seeds so far make plausible (inf when the pool has no spread to judge by)."""
+    diff = abs(mean_of(a) - mean_of(b))
+    if not pool.df or not math.isfinite(pool.variance):
+        return math.inf
+    se = math.sqrt(pool.variance * (1 / len(a) + 1 / len(b)))
+    return diff + float(stats.t.ppf(level, pool.df)) * se
 
+
+def seeds_to_separate(
+    a: Sequence[float],
+    b: Sequence[float],
+    level: float,
+    pool: Pooled | None = None,
+    difference: float | None = None,
+) -> float:
+    """Seeds each that would make a difference of means significant at `level` if the pooled
+    spread stayed as it is (inf: no difference to find).
+
+    difference: the difference to separate (default: the current one, |mean(a) - mean(b)|).
     pool: the race's pooled variance (default: pooled over a and b alone); the degrees of
     freedom grow by the seeds a and b would add."""
     pool = pool or pooled_variance([a, b])
-    diff = abs(mean_of(a) - mean_of(b))
-    if diff == 0:
-        return math.inf
+    diff = abs(mean_of(a) - mean_of(b)) if difference is None else difference
+    if diff == 0 or not math.isfinite(diff):
+        return math.inf if diff == 0 else MIN_SEEDS
     if not pool.variance:
         return MIN_SEEDS
     sd = math.sqrt(pool.variance)

@@ -1,23 +1,36 @@
 """Racing seeds against fixed seeds, replayed from per-seed results recorded once.
 
-    python -m sweeper -m lr=1e-3,2e-3,3e-3,5e-3,8e-3 hydra.sweeper.seeds=8 max_steps=20 \
-        batch_size=8 group_size=4 eval_every=0 hydra.sweeper.health=[] \
-        hydra.sweeper.study_name=racing-truth                      # the truth: 8 seeds each
-    python bench/bench_racing.py --storage sqlite:///sweeps.db --study racing-truth
+    python -m sweeper -m lr=8e-4,1.5e-3,2.5e-3,5e-3 hydra.sweeper.seeds=8 max_steps=20 \
+        batch_size=16 group_size=4 task.eval_size=200 eval_every=0 'hydra.sweeper.health=[]' \
+        hydra.sweeper.study_name=racing-truth-20               # the truth: 8 seeds each
+    python bench/bench_racing.py --storage sqlite:///sweeps.db --study racing-truth-20
 
-A configuration's seed is one draw of its objective, so a sweep with seeds=auto (or fixed
-seeds=5) is replayed by drawing, for each configuration, its seeds in a random order from the
-recorded ones (without replacement) and running the race exactly as sweeper/sweep/loop.py does
-with one lane (sweeper/sweep/racing.py decides; analysis/verdict.py judges). Repetitions share the
-recorded pool, so they are not independent draws of new training runs: say so with the numbers.
-Writes bench/results/racing_<study>.json.
+A configuration's seed is one draw of its objective, so a sweep is replayed by drawing, for
+each configuration, its recorded seeds in a random order (without replacement). Every arm sees
+the same draws: fixed seeds=2, 3 and 5 take each configuration's first 2, 3, 5; racing
+(seeds=auto, max_seeds=5) runs the decisions of sweeper/sweep/racing.py in the order
+sweeper/sweep/loop.py makes them with one lane. Every arm is judged by the same rule at the
+same level: analysis/verdict.py as it judges a raced study with max_seeds=5 (pooled seed
+variance at its upper bound, the decided level for the grid's configurations).
+
+Per arm: best-pick rate (the verdict's best is the truth's best, with its 95% Wilson
+interval over replays), regret (the truth's best mean minus the pick's), runs, and both
+error types: "decided" a pair the truth calls tied (means within 2 standard errors of their
+difference), and "tied" a pair whose true difference exceeds the minimal difference that
+counts (the eval's standard error, averaged over the truth's seeds); for racing also the
+races stopped as tied whose true difference exceeds it. Replays share the recorded pool, so
+they are not independent draws of new training runs: say so with the numbers.
+Writes bench/results/racing_<study>.json, every replay seed's summary and every replay.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
+import os
+import platform
 import random
 from collections import deque
 from pathlib import Path
@@ -25,34 +38,45 @@ from pathlib import Path
 import optuna
 
 from analysis import records
-from analysis.stats import MIN_SEEDS
+from analysis.stats import MIN_SEEDS, z_quantile
 from analysis.verdict import Config, Seed, verdict
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 from trainer.rl.rl_math import mean_and_stderr
 
 RESULTS = Path(__file__).resolve().parent / "results"
+MAX_SEEDS = 5
+FIXED = (2, 3, 5)
+ARMS = tuple(f"fixed{n}" for n in FIXED) + ("racing",)
+
+Draw = tuple[float, float | None]  # a seed's value and its eval stderr
 
 
-def recorded_values(storage: str, study: str) -> dict[str, list[float]]:
-    """{configuration label: its completed seed values} from the truth study."""
+def recorded_draws(storage: str, study: str) -> dict[str, list[Draw]]:
+    """{configuration label: its completed seeds (value, eval stderr)} from the truth study."""
     s = optuna.load_study(study_name=study, storage=storage)
     out = {}
     for t in s.get_trials(deepcopy=False):
-        values = [r.value for r in records.replicates(t) if r.state == "COMPLETE"]
-        if len(values) >= 5:
-            out[f"lr={t.params['lr']:g}"] = values
+        done = [r for r in records.replicates(t) if r.state == "COMPLETE"]
+        if len(done) >= MAX_SEEDS:
+            out[f"lr={t.params['lr']:g}"] = [(r.value, r.stderr) for r in done]
     return out
 
 
-def race(draws: dict[str, list[float]], max_seeds: int) -> dict[str, list[float]]:
-    """One grid sweep with seeds=auto and one lane: the values each configuration got."""
-    got: dict[str, list[float]] = {c: [] for c in draws}
+def race(draws: dict[str, list[Draw]], max_seeds: int, min_difference: float | None):
+    """One grid sweep with seeds=auto and one lane: (the values each configuration got,
+    why each stopped). min_difference None: the race's default, from the stderrs run so far."""
+    got: dict[str, list[Draw]] = {c: [] for c in draws}
+    why: dict[str, str] = {}
     queue, pending, held, open_ = deque(draws), deque(), set(), set()
 
     def settle(c: str) -> None:
-        others = [Entry(o, tuple(v)) for o, v in got.items() if o != c and v]
+        others = [Entry(o, tuple(v for v, _ in d)) for o, d in got.items() if o != c and d]
         to_come = bool(queue) or any(len(got[o]) < MIN_SEEDS for o in open_ if o != c)
-        step = decide(Entry(c, tuple(got[c])), others, max_seeds, True, to_come, len(draws))
+        low = min_difference
+        if low is None:
+            low = minimal_difference([e for d in got.values() for _, e in d])
+        me = Entry(c, tuple(v for v, _ in got[c]))
+        step = decide(me, others, max_seeds, True, to_come, len(draws), low)
         held.discard(c)
         if step.action == SEED:
             pending.appendleft(c)
@@ -60,6 +84,7 @@ def race(draws: dict[str, list[float]], max_seeds: int) -> dict[str, list[float]
             held.add(c)
         elif step.action == STOP:
             open_.discard(c)
+            why[c] = step.why
             for h in list(held):
                 settle(h)
 
@@ -77,107 +102,175 @@ def race(draws: dict[str, list[float]], max_seeds: int) -> dict[str, list[float]
             for h in list(held):
                 settle(h)
         else:
-            return got
+            return {c: [v for v, _ in d] for c, d in got.items()}, why
 
 
-def judged(got: dict[str, list[float]], max_seeds: int | None):
+def judged(got: dict[str, list[float]]):
+    """The one rule every arm is judged by: the raced verdict at max_seeds=MAX_SEEDS."""
     configs = [
         Config(c, {}, tuple(Seed(i, v, None) for i, v in enumerate(vs))) for c, vs in got.items()
     ]
-    return verdict(configs, True, max_seeds)
+    return verdict(configs, True, MAX_SEEDS)
 
 
-def truth_ties(values: dict[str, list[float]]) -> set[frozenset]:
-    """Pairs the truth calls tied: their means within 2 standard errors of the difference."""
-    ties = set()
-    for a in values:
-        for b in values:
-            (mean_a, se_a), (mean_b, se_b) = mean_and_stderr(values[a]), mean_and_stderr(values[b])
-            if a < b and abs(mean_a - mean_b) < 2 * math.hypot(se_a, se_b):
-                ties.add(frozenset((a, b)))
-    return ties
+class Truth:
+    """What the recorded seeds say: each configuration's mean, the pairs it calls tied, and
+    the minimal difference that counts."""
+
+    def __init__(self, draws: dict[str, list[Draw]]):
+        self.values = {c: [v for v, _ in d] for c, d in draws.items()}
+        self.means = {c: sum(v) / len(v) for c, v in self.values.items()}
+        self.best = max(self.means, key=self.means.get)
+        self.min_difference = minimal_difference([e for d in draws.values() for _, e in d])
+        self.ties = set()
+        for a in self.values:
+            for b in self.values:
+                (ma, sa), (mb, sb) = (
+                    mean_and_stderr(self.values[a]),
+                    mean_and_stderr(self.values[b]),
+                )
+                if a < b and abs(ma - mb) < 2 * math.hypot(sa, sb):
+                    self.ties.add(frozenset((a, b)))
+
+    def gap(self, a: str, b: str) -> float:
+        return abs(self.means[a] - self.means[b])
 
 
-def run(values: dict[str, list[float]], repetitions: int, max_seeds: int, seed: int) -> dict:
-    rng = random.Random(seed)
-    ties = truth_ties(values)
-    means = {c: sum(v) / len(v) for c, v in values.items()}
-    truth_best = max(means, key=means.get)
-    rows = []
-    for _ in range(repetitions):
-        draws = {c: rng.sample(v, len(v)) for c, v in values.items()}
-        raced = judged(race(draws, max_seeds), max_seeds)
-        fixed = judged({c: d[:max_seeds] for c, d in draws.items()}, None)
-        best = raced.best.label
-        decided = [s.label for s in raced.ranked[1:] if s.label not in raced.tied_with_best]
-        fixed_best = fixed.best.label
-        fixed_decided = [s.label for s in fixed.ranked[1:] if s.label not in fixed.tied_with_best]
-        rows.append(
-            {
-                "runs": sum(len(s.config.seeds) for s in raced.ranked),
-                "winner": best,
-                "fixed_winner": fixed.best.label,
-                "same_winner": best == fixed.best.label,
-                "same_or_tied": fixed.best.label in (best, *raced.tied_with_best),
-                "decided_against_truth_tie": sum(frozenset((best, o)) in ties for o in decided),
-                "decided_pairs_truth_ties": [o for o in decided if frozenset((best, o)) in ties],
-                "fixed_decided_against_truth_tie": sum(
-                    frozenset((fixed_best, o)) in ties for o in fixed_decided
-                ),
-                "race": {s.label: len(s.config.seeds) for s in raced.ranked},
-            }
-        )
-    runs = [r["runs"] for r in rows]
-    mean_runs = sum(runs) / len(runs)
+def scored(truth: Truth, got: dict[str, list[float]]) -> dict:
+    """One arm's replay by the common rule: its pick, runs and both error types."""
+    v = judged(got)
+    pick = v.best.label
+    decided = [s.label for s in v.ranked[1:] if s.label not in v.tied_with_best]
     return {
-        "truth": {c: {"mean": means[c], "seeds": len(v), "values": v} for c, v in values.items()},
-        "truth_best": truth_best,
-        "truth_ties": sorted(sorted(p) for p in ties),
-        "within_2se_of_best": sorted(
-            c for c in values if c == truth_best or frozenset((c, truth_best)) in ties
-        ),
-        "repetitions": repetitions,
-        "max_seeds": max_seeds,
-        "fixed_runs": max_seeds * len(values),
-        "raced_runs_mean": mean_runs,
-        "raced_runs_sd": (sum((r - mean_runs) ** 2 for r in runs) / (len(runs) - 1)) ** 0.5,
-        "raced_runs_range": [min(runs), max(runs)],
-        "same_winner_rate": sum(r["same_winner"] for r in rows) / len(rows),
-        "same_winner_or_tied_rate": sum(r["same_or_tied"] for r in rows) / len(rows),
-        "decided_against_truth_tie": sum(r["decided_against_truth_tie"] for r in rows),
-        "fixed_decided_against_truth_tie": sum(r["fixed_decided_against_truth_tie"] for r in rows),
+        "pick": pick,
+        "runs": sum(len(x) for x in got.values()),
+        "regret": truth.means[truth.best] - truth.means[pick],
+        "decided_truth_tie": sum(frozenset((pick, o)) in truth.ties for o in decided),
+        "tied_beyond_min": sum(truth.gap(pick, o) > truth.min_difference for o in v.tied_with_best),
+    }
+
+
+def run(truth: Truth, draws: dict[str, list[Draw]], reps: int, seed: int, low) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for rep in range(reps):
+        order = {c: rng.sample(d, len(d)) for c, d in draws.items()}
+        row = {"seed": seed, "replay": rep}
+        for n in FIXED:
+            row[f"fixed{n}"] = scored(truth, {c: [v for v, _ in d[:n]] for c, d in order.items()})
+        got, why = race(order, MAX_SEEDS, low)
+        row["racing"] = scored(truth, got)
+        row["racing"]["abandoned_beyond_min"] = sum(
+            w.startswith("tied with ") and truth.gap(c, w.split()[2]) > truth.min_difference
+            for c, w in why.items()
+        )
+        row["race"] = {c: len(v) for c, v in got.items()}
+        rows.append(row)
+    return rows
+
+
+def wilson(hits: int, n: int) -> list[float]:
+    """The 95% Wilson interval of a rate over n replays."""
+    z = z_quantile()
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [centre - half, centre + half]
+
+
+def paired(a: list[float], b: list[float]) -> list[float]:
+    """mean(a - b) and its 95% normal interval over replays (the same draws for both)."""
+    mean, se = mean_and_stderr([x - y for x, y in zip(a, b, strict=True)])
+    half = z_quantile() * se
+    return [mean, mean - half, mean + half]
+
+
+def summary(truth: Truth, rows: list[dict]) -> dict:
+    out = {}
+    best = {arm: [float(r[arm]["pick"] == truth.best) for r in rows] for arm in ARMS}
+    for arm in ARMS:
+        got = [r[arm] for r in rows]
+        runs = [g["runs"] for g in got]
+        regret = mean_and_stderr([g["regret"] for g in got])
+        out[arm] = {
+            "best_pick_rate": sum(best[arm]) / len(rows),
+            "best_pick_95": wilson(int(sum(best[arm])), len(rows)),
+            "regret_mean": regret[0],
+            "regret_stderr": regret[1],
+            "runs_mean": sum(runs) / len(runs),
+            "runs_range": [min(runs), max(runs)],
+            "decided_truth_tie": sum(g["decided_truth_tie"] for g in got),
+            "tied_beyond_min": sum(g["tied_beyond_min"] for g in got),
+        }
+    out["racing"]["abandoned_beyond_min"] = sum(r["racing"]["abandoned_beyond_min"] for r in rows)
+    out["racing"]["runs_share_of_fixed5"] = out["racing"]["runs_mean"] / out["fixed5"]["runs_mean"]
+    for n in (2, 5):
+        out[f"racing_minus_fixed{n}_best_pick"] = paired(best["racing"], best[f"fixed{n}"])
+    return out
+
+
+def report(draws: dict[str, list[Draw]], reps: int, seeds, low) -> dict:
+    truth = Truth(draws)
+    per_seed = {s: run(truth, draws, reps, s, low) for s in seeds}
+    rows = [r for s in seeds for r in per_seed[s]]
+    return {
+        "machine": machine(),
+        "truth": {
+            c: {"mean": truth.means[c], "values": [v for v, _ in d], "stderrs": [e for _, e in d]}
+            for c, d in draws.items()
+        },
+        "truth_best": truth.best,
+        "truth_ties": sorted(sorted(p) for p in truth.ties),
+        "min_difference_truth": truth.min_difference,
+        "min_difference_race": "eval stderr (default)" if low is None else low,
+        "max_seeds": MAX_SEEDS,
+        "repetitions": reps,
+        "replay_seeds": list(seeds),
+        "all": summary(truth, rows),
+        "by_seed": {str(s): summary(truth, per_seed[s]) for s in seeds},
         "rows": rows,
     }
 
 
-def repeated(values: dict[str, list[float]], repetitions: int, max_seeds: int, seeds) -> dict:
-    """`run` once per replay seed: each seed's summary, and the spread across them."""
-    per_seed = [run(values, repetitions, max_seeds, seed) | {"seed": seed} for seed in seeds]
-    out = {k: v for k, v in per_seed[0].items() if k not in SUMMARY + ("rows", "seed")}
-    out["by_seed"] = [{k: r[k] for k in ("seed", *SUMMARY)} for r in per_seed]
-    ratios = [r["fixed_runs"] / r["raced_runs_mean"] for r in per_seed]
-    out["runs_ratio_by_seed"] = ratios
-    for key in ("decided_against_truth_tie", "fixed_decided_against_truth_tie"):
-        out[f"{key}_total"] = sum(r[key] for r in per_seed)
-    out["rows"] = [row | {"seed": r["seed"]} for r in per_seed for row in r["rows"]]
-    return out
+def machine() -> dict:
+    """The CPU, its cores and the versions the replays ran with (the truth's training ran
+    on the host its own notes name)."""
+    info = {}
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if os.path.exists("/proc/cpuinfo") else []
+    ):
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    packages = ("torch", "transformers", "optuna", "scipy", "peft", "trl")
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cpu": info.get("model name", platform.processor()),
+        "vendor": info.get("vendor_id"),
+        "family_model": [info.get("cpu family"), info.get("model")],
+        "avx512": sorted(f for f in info.get("flags", "").split() if f.startswith("avx512")),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        **versions,
+    }
 
 
-SUMMARY = (
-    "raced_runs_mean",
-    "raced_runs_sd",
-    "raced_runs_range",
-    "same_winner_rate",
-    "same_winner_or_tied_rate",
-    "decided_against_truth_tie",
-    "fixed_decided_against_truth_tie",
-)
-
-
-def values_from_results(path: str) -> dict[str, list[float]]:
-    """The truth's per-seed values as an earlier run of this script recorded them."""
+def draws_from_results(path: str, eval_size: int | None) -> dict[str, list[Draw]]:
+    """The truth's per-seed values as an earlier run of this script recorded them; truths
+    recorded before stderrs were get the exact-match reward's, sqrt(p (1 - p) / (n - 1))
+    over eval_size problems."""
     truth = json.loads(Path(path).read_text())["truth"]
-    return {c: t["values"] for c, t in truth.items()}
+    out = {}
+    for c, t in truth.items():
+        stderrs = t.get("stderrs") or [
+            math.sqrt(v * (1 - v) / (eval_size - 1)) if eval_size else None for v in t["values"]
+        ]
+        out[c] = list(zip(t["values"], stderrs, strict=True))
+    return out
 
 
 def dumped(out: dict) -> str:
@@ -190,25 +283,30 @@ def dumped(out: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--storage", default="sqlite:///sweeps.db")
-    p.add_argument("--study", default="racing-truth")
+    p.add_argument("--study", default="racing-truth-20")
     p.add_argument(
         "--values-from",
         help="replay the truth recorded in this results JSON (no study needed), e.g. "
         "bench/results/racing_racing-truth.json",
     )
+    p.add_argument(
+        "--eval-size",
+        type=int,
+        help="with --values-from a truth recorded without stderrs: its task.eval_size",
+    )
+    p.add_argument("--min-difference", type=float, help="default: the eval's stderr")
     p.add_argument("--repetitions", type=int, default=200)
-    p.add_argument("--max-seeds", type=int, default=5)
     p.add_argument("--seed", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--out", help="default: bench/results/racing_<study>.json")
     args = p.parse_args()
     if args.values_from:
-        values = values_from_results(args.values_from)
+        draws = draws_from_results(args.values_from, args.eval_size)
     else:
-        values = recorded_values(args.storage, args.study)
-    out = repeated(values, args.repetitions, args.max_seeds, args.seed)
-    path = RESULTS / f"racing_{args.study}.json"
+        draws = recorded_draws(args.storage, args.study)
+    out = report(draws, args.repetitions, args.seed, args.min_difference)
+    path = Path(args.out) if args.out else RESULTS / f"racing_{args.study}.json"
     path.write_text(dumped(out))
-    shown = {k: v for k, v in out.items() if k not in ("rows", "truth")}
-    print(json.dumps(shown, indent=1))
+    print(json.dumps(out["all"], indent=1))
     print(f"wrote {path}")
 
 

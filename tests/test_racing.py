@@ -8,7 +8,10 @@ import pytest
 from analysis import stats
 from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide
+from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper import SweepError
+from sweeper.plan.settings import resolve_settings
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 
@@ -65,12 +68,11 @@ def test_two_close_draws_are_not_trusted_when_the_pool_says_seeds_spread_more():
     step = decide(me, [leader], 5, True, False)
     assert step.why == "2 seeds; not yet separated from t0"
     # A third configuration spreads 0.10: pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on
-    # df 3, raised by 1.6050: 0.00273, level 1 - 0.05/8; even at 8 seeds each (df 15)
-    # t 3.286 x 0.0522 x 0.5 = 0.0858 > 0.08: tied, 9 seeds would separate them
+    # df 3, raised by 1.6050: 0.00273. The observed 0.08 would need ~9 seeds each, but the
+    # optimistic difference, 0.08 + t(3, one-sided 95%) 2.353 x 0.0522 = 0.203, would
+    # separate within max_seeds: two seeds' gap is not trusted to call the race futile
     step = decide(me, [leader, Entry("t2", (0.10, 0.20))], 5, True, False)
-    assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~9 seeds each (max_seeds=5)"
-    )
+    assert step.why == "2 seeds; not yet separated from t0"
     # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict
     assert decide(me, [leader], 5, True, False, configurations=5).action == SEED
 
@@ -84,6 +86,32 @@ def test_seeds_to_separate_a_difference_that_stays_as_it_is():
     raised = stats.variance_bound(stats.pooled_variance([(0.40, 0.44), (0.38, 0.42)]))
     assert seeds_to_separate((0.40, 0.44), (0.38, 0.42), LEVEL_5, raised) == 51
     assert seeds_to_separate((0.4, 0.5), (0.4, 0.5), LEVEL_5) == float("inf")
+
+
+def test_the_optimistic_difference_is_the_upper_confidence_bound_of_the_gap():
+    # pooled variance (0.0008 + 0.0008) / 2 = 0.0008 on df 2; se = sqrt(0.0008 x 1) = 0.028284;
+    # 0.10 + t(2, one-sided 95%) 2.920 x 0.028284 = 0.10 + 0.08259 = 0.18259
+    pool = stats.pooled_variance([(0.40, 0.44), (0.30, 0.34)])
+    bound = stats.difference_bound((0.40, 0.44), (0.30, 0.34), pool, 0.95)
+    assert bound == pytest.approx(0.18259, abs=1e-5)
+    # n=2: t(2, 0.99375) 8.860 x 0.028284 = 0.2506 > 0.1826; n=3 (df 4): 4.315 x 0.028284 x
+    # 0.8165 = 0.0996 < 0.1826
+    assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5, pool, bound) == 3
+    assert stats.difference_bound((0.4, 0.5), (0.3,), stats.pooled_variance([])) == float("inf")
+
+
+def test_the_default_difference_that_counts_is_the_eval_stderr_over_the_seeds_run():
+    assert minimal_difference([0.03, 0.05, None, float("nan")]) == pytest.approx(0.04)
+    assert minimal_difference([None]) == 0.0
+
+
+def test_a_negative_min_difference_is_refused_in_one_line():
+    with pytest.raises(SweepError) as e:
+        resolve_settings(GRPOSweeperConf(min_difference=-0.01), 0.01)
+    assert str(e.value) == (
+        "hydra.sweeper.min_difference=-0.01: must be >= 0, or null (eval stderr)"
+    )
+    assert resolve_settings(GRPOSweeperConf(min_difference=0.02), 0.01).min_difference == 0.02
 
 
 def test_fewer_than_two_seeds_is_never_a_verdict():
@@ -102,11 +130,32 @@ def test_a_contender_that_more_seeds_could_separate_gets_one_more():
     assert step.action == SEED and "not yet separated from t0" in step.why
 
 
-def test_a_tie_no_affordable_seeds_would_break_stops_and_says_what_it_would_take():
-    step = decide(Entry("t1", (0.38, 0.42)), [Entry("t0", (0.40, 0.44))], 5, True, False)
+def test_a_tie_even_the_optimistic_difference_would_not_break_stops_and_says_why():
+    # pooled (0.0008 + 0.0008) / 4 = 0.0004 on df 4, raised by 4 / chi2(0.40, 4) = 1.4530:
+    # 0.000581, sd 0.02411; optimistic: 0.01 + t(4, one-sided 95%) 2.132 x 0.02411 x sqrt(2/3)
+    # = 0.0520. Level 1 - 0.05/3 (max_seeds=4): at 4 seeds (df 6) 3.287 x 0.02411 x 0.7071 =
+    # 0.0560 > 0.0520, at 5 (df 8) 3.016 x 0.02411 x 0.6325 = 0.0460 < 0.0520: ~5 > 4
+    step = decide(
+        Entry("t1", (0.39, 0.43, 0.41)), [Entry("t0", (0.40, 0.44, 0.42))], 4, True, False
+    )
     assert step.action == STOP
     assert step.why == (
-        "tied with t0 after 2 seeds: separating them would take ~51 seeds each (max_seeds=5)"
+        "tied with t0 after 3 seeds: even a difference of 0.052 (95% upper bound) would take "
+        "~5 seeds each (max_seeds=4)"
+    )
+
+
+def test_two_seeds_keep_racing_unless_even_the_optimistic_difference_is_below_the_one_that_counts():
+    # pooled 0.0008 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: sd 0.03957; optimistic
+    # 0.02 + t(2, one-sided 95%) 2.920 x 0.03957 = 0.1356, separable at 4 seeds (df 6):
+    # t(6, 0.99375) 3.521 x 0.03957 x 0.7071 = 0.0985 < 0.1356
+    me, leader = Entry("t1", (0.38, 0.42)), Entry("t0", (0.40, 0.44))
+    assert decide(me, [leader], 5, True, False).action == SEED
+    step = decide(me, [leader], 5, True, False, min_difference=0.2)
+    assert step.action == STOP
+    assert step.why == (
+        "tied with t0 after 2 seeds: the difference is at most 0.136 (95% upper bound), below "
+        "min_difference=0.2"
     )
 
 

@@ -105,3 +105,28 @@ def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(t
     assert all([r.seed for r in records.replicates(t)] == [0, 1] for t in trials)
     runs = _training_runs(tmp_path)
     assert len(runs) == 8 and set(runs.values()) == {1}
+
+
+def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_path):
+    # The issue's check on the tiny model, with its real objective: lr=3e-2 collapses, 5e-4
+    # and 2e-3 are close after 2 seeds; the close ones must not be called tied on two seeds'
+    # observed gap (only the optimistic difference may end their race early).
+    done = run_sweep(
+        tmp_path,
+        "lr=5e-4,2e-3,3e-2",
+        "hydra.sweeper.seeds=auto",
+        "hydra.sweeper.max_seeds=4",
+        "hydra.sweeper.health=[]",
+        "max_steps=20",
+        "eval_every=0",
+        timeout=1800,  # 6-11 runs of the default 256-rollout step
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
+    collapsed = trials[0.03]
+    assert len(records.replicates(collapsed)) == 2, collapsed.user_attrs["race"]
+    assert collapsed.user_attrs["race"].startswith("eliminated after 2 seeds")
+    for lr in (0.0005, 0.002):
+        race = trials[lr].user_attrs["race"]
+        decided = race.startswith(("eliminated", "separated"))
+        assert len(records.replicates(trials[lr])) > 2 or decided, (lr, race)

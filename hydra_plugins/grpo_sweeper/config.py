@@ -74,6 +74,12 @@ class GRPOSweeperConf:
     # Most seeds one configuration gets with seeds=auto; the verdict calls configurations
     # still not separated at this many seeds a tie and says how many more it would take.
     max_seeds: int = 5
+    # The smallest difference in the objective worth more seeds with seeds=auto: a race stops
+    # as tied once even the optimistic difference (its 95% upper confidence bound) is below it,
+    # or could not be separated within max_seeds. null: the eval's standard error over
+    # problems, averaged over the seeds run (a difference one run's eval cannot see); 0: only
+    # the optimistic bound stops a race. In the objective's units (e.g. 0.02 = 2 points of reward).
+    min_difference: float | None = None
     # Searches (tpe, gp, random, cmaes) only: end the study before n_trials once the best
     # configuration cannot plausibly be beaten by more than its noise: Optuna's regret bound
     # (how much better any untried point could plausibly be) below the best's standard error

@@ -31,6 +31,7 @@ class SweepSettings:
     seeds: int  # seeds each configuration starts with (all it gets, unless racing)
     race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweep/racing.py)
     max_seeds: int
+    min_difference: float | None  # seeds=auto: None, the eval's standard error (sweep/racing.py)
     terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
@@ -75,6 +76,8 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         conf.max_seeds,
         f"must be >= {MIN_SEEDS} (every raced configuration gets {MIN_SEEDS} seeds)",
     )
+    low = conf.min_difference
+    _require(low is None or low >= 0, "min_difference", low, "must be >= 0, or null (eval stderr)")
     least = conf.terminator_min_trials
     _require(least >= 2, "terminator_min_trials", least, "must be >= 2 (a fit needs 2 points)")
     _require(
@@ -120,6 +123,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         seeds=MIN_SEEDS if race else conf.seeds,
         race=race,
         max_seeds=conf.max_seeds,
+        min_difference=low,
         terminator=bool(conf.terminator),
         terminator_min_trials=least,
         n_jobs=conf.n_jobs,

@@ -256,8 +256,9 @@ class SweepRunner:
         if self.s.race and not flight.stop:
             trials = study.get_trials(deepcopy=False)
             me = oa.fresh(study, oa.trial_id(flight.trial))
+            grid = self.search_sampler.is_grid
             step = racing.look(
-                trials, me, self.s.max_seeds, self.s.maximize, self.search_sampler.is_grid
+                trials, me, self.s.max_seeds, self.s.maximize, grid, self.s.min_difference
             )
             flight.hold = step.action == racing.HOLD
             if step.action == racing.SEED:

@@ -17,8 +17,12 @@ while a truly separated pair took 3-4 seeds to eliminate on Welch's wide interva
 over 5 configurations at 2 seeds the spread has 5 degrees of freedom and no single pair's
 luck decides. Then exactly one of:
   - eliminated: the leader is better beyond the interval -> no more seeds;
-  - tied for good: even at max_seeds the current difference would stay inside the interval
-    (the seeds it would take are said) -> no more seeds, the verdict calls it a tie;
+  - tied for good: even an optimistic difference, |difference| at its one-sided 95% upper
+    confidence bound (analysis/stats.py difference_bound), would stay inside the interval at
+    max_seeds, or is below the minimal difference that counts (min_difference: a difference
+    the eval cannot see on one run is not worth seeds) -> no more seeds, the verdict calls it
+    a tie. Optimistic, not the observed difference: two seeds' difference is mostly noise,
+    and judging futility on it abandoned differences 4-5 seeds would show (bench/RACING.md);
   - cap: it has max_seeds seeds -> no more seeds;
   - separated: the leader is better than every other contender -> no more seeds;
   - otherwise it gets one more seed at once (no lane waits for a round to end).
@@ -69,6 +73,7 @@ def decide(
     maximize: bool,
     more_to_come: bool,
     configurations: int = 0,
+    min_difference: float = 0.0,
 ) -> Step:
     """The next step of `me`, whose started seeds have all ended.
 
@@ -79,6 +84,7 @@ def decide(
     configurations: how many the study holds, queued ones included (a grid's all from the
     start); the level is corrected for comparing each with the leader (at least the ones
     with values).
+    min_difference: the smallest difference worth seeds (see `minimal_difference`).
     """
     n = len(me.values)
     if n < MIN_SEEDS:
@@ -100,20 +106,13 @@ def decide(
         ties = ", ".join(o.label for o in undecided)
         tied = f", tied with {ties}" if ties else ""
         return Step(STOP, f"reached max_seeds={max_seeds}{tied}")
-    hopeful = [
-        o for o in undecided if seeds_to_separate(me.values, o.values, level, pool) <= max_seeds
-    ]
+    futile = {o.label: _futile(me, o, pool, level, max_seeds, min_difference) for o in undecided}
+    hopeful = [o for o in undecided if not futile[o.label]]
     if hopeful:
         return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
     if undecided:
         o = undecided[0]
-        need = seeds_to_separate(me.values, o.values, level, pool)
-        shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
-        return Step(
-            STOP,
-            f"tied with {o.label} after {n} seeds: separating them would take "
-            f"{shown} seeds each (max_seeds={max_seeds})",
-        )
+        return Step(STOP, f"tied with {o.label} after {n} seeds: {futile[o.label]}")
     if leader is me and more_to_come:
         return Step(HOLD, f"{n} seeds; leads the configurations known so far")
     if leader is me:
@@ -129,6 +128,22 @@ def spread(entries: Sequence[Entry]) -> stats.Pooled:
     return stats.variance_bound(stats.pooled_variance(groups))
 
 
+def _futile(
+    a: Entry, b: Entry, pool: stats.Pooled, level: float, max_seeds: int, min_difference: float
+) -> str:
+    """Why more seeds cannot change the call on a and b ("" while they can): even the
+    optimistic difference is below the one that counts, or would not separate in max_seeds."""
+    bound = stats.difference_bound(a.values, b.values, pool, stats.FUTILITY_LEVEL)
+    plausible = f"{bound:.3g} ({stats.FUTILITY_LEVEL:.0%} upper bound)"
+    if bound < min_difference:
+        return f"the difference is at most {plausible}, below min_difference={min_difference:.3g}"
+    need = seeds_to_separate(a.values, b.values, level, pool, bound)
+    if need <= max_seeds:
+        return ""
+    shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
+    return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
+
+
 def _separated(a: Entry, b: Entry, pool: stats.Pooled, level: float) -> bool:
     return stats.pooled_difference(a.values, b.values, pool, level).excludes_zero
 
@@ -142,14 +157,20 @@ def _show(i: stats.Interval) -> str:
 
 
 def look(
-    trials: Sequence[FrozenTrial], me: FrozenTrial, max_seeds: int, maximize: bool, grid: bool
+    trials: Sequence[FrozenTrial],
+    me: FrozenTrial,
+    max_seeds: int,
+    maximize: bool,
+    grid: bool,
+    min_difference: float | None = None,
 ) -> Step:
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
     Open (RUNNING) and told (COMPLETE) configurations count with their completed seeds; a
     grid's queued configurations and those short of MIN_SEEDS values are still to come. The
     level is corrected for every configuration the study holds, queued (WAITING) included,
-    so a grid's first looks are as strict as its verdict.
+    so a grid's first looks are as strict as its verdict. min_difference: the setting
+    (hydra.sweeper.min_difference; None: the eval's standard error, `minimal_difference`).
     """
     others, more_to_come, queued = [], False, 0
     for t in trials:
@@ -161,9 +182,32 @@ def look(
         others.append(entry)
         more_to_come |= t.state == TrialState.RUNNING and len(entry.values) < MIN_SEEDS
     configurations = 1 + len(others) + queued
-    return decide(entry_of(me), others, max_seeds, maximize, grid and more_to_come, configurations)
+    if min_difference is None:
+        raced = [t for t in trials if t.state in (TrialState.RUNNING, TrialState.COMPLETE)]
+        min_difference = minimal_difference([r.stderr for t in raced for r in _done(t)])
+    return decide(
+        entry_of(me),
+        others,
+        max_seeds,
+        maximize,
+        grid and more_to_come,
+        configurations,
+        min_difference,
+    )
+
+
+def minimal_difference(stderrs: Sequence[float | None]) -> float:
+    """The default difference that counts: the eval's standard error over problems, averaged
+    over the seeds that logged one (0 when none did: only the optimistic bound then stops a
+    race). A difference below it is one a single run's eval cannot see."""
+    known = [s for s in stderrs if s is not None and math.isfinite(s)]
+    return sum(known) / len(known) if known else 0.0
+
+
+def _done(trial: FrozenTrial) -> list[records.Replicate]:
+    return [r for r in records.replicates(trial) if r.state == State.COMPLETE]
 
 
 def entry_of(trial: FrozenTrial) -> Entry:
-    done = [r.value for r in records.replicates(trial) if r.state == State.COMPLETE]
+    done = [r.value for r in _done(trial)]
     return Entry(f"t{trial.number}", tuple(v for v in done if v is not None and math.isfinite(v)))
