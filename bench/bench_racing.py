@@ -26,16 +26,14 @@ Writes bench/results/racing_<study>.json, every replay seed's summary and every 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
-import os
-import platform
 import random
 from collections import deque
 from pathlib import Path
 
 import optuna
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 from analysis import records
 from analysis.stats import MIN_SEEDS, z_quantile
@@ -229,33 +227,6 @@ def report(draws: dict[str, list[Draw]], reps: int, seeds, low) -> dict:
         "all": summary(truth, rows),
         "by_seed": {str(s): summary(truth, per_seed[s]) for s in seeds},
         "rows": rows,
-    }
-
-
-def machine() -> dict:
-    """The CPU, its cores and the versions the replays ran with (the truth's training ran
-    on the host its own notes name)."""
-    info = {}
-    for line in (
-        Path("/proc/cpuinfo").read_text().splitlines() if os.path.exists("/proc/cpuinfo") else []
-    ):
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    packages = ("torch", "transformers", "optuna", "scipy", "peft", "trl")
-    versions = {}
-    for name in packages:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "cpu": info.get("model name", platform.processor()),
-        "vendor": info.get("vendor_id"),
-        "family_model": [info.get("cpu family"), info.get("model")],
-        "avx512": sorted(f for f in info.get("flags", "").split() if f.startswith("avx512")),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        **versions,
     }
 
 

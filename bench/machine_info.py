@@ -9,7 +9,7 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "optuna", "mlflow")
+PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "optuna", "mlflow", "scipy")
 CPUINFO = {"vendor_id": "vendor", "model name": "model_name", "cpu family": "family"}
 
 
