@@ -205,6 +205,7 @@ class MLflowRun:
             experiment_id(self.client, experiment), run_name=run_name, tags=all_tags
         )
         self.run_id = run.info.run_id
+        self.logged_through = -1  # the last step with metrics in the run
 
     @classmethod
     def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
@@ -212,6 +213,7 @@ class MLflowRun:
         run = cls.__new__(cls)
         run.client, run.run_id = client or tracking_client(), run_id
         run.client.update_run(run_id, status="RUNNING")
+        run.logged_through = last_step(run.client, run_id)
         return run
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -220,6 +222,10 @@ class MLflowRun:
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        # A resumed run trains again the steps after its checkpoint: those the interrupted
+        # copy logged keep their values, so every step is in the curve once.
+        if step <= self.logged_through:
+            return
         # NaN is a legal metric value in MLflow and worth seeing; inf is stored as a large value.
         now = int(1000 * time.time())
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
@@ -244,6 +250,13 @@ class MLflowRun:
     def end(self, status: str = "FINISHED") -> None:
         """status: FINISHED, FAILED or KILLED (MLflow's names)."""
         self.client.set_terminated(self.run_id, status=status)
+
+
+def last_step(client: MlflowClient, run_id: str) -> int:
+    """The last step any metric of the run was logged at (-1: none)."""
+    keys = client.get_run(run_id).data.metrics
+    steps = [m.step for key in keys for m in client.get_metric_history(run_id, key)]
+    return max(steps, default=-1)
 
 
 class MLflowReporter:
