@@ -9,14 +9,17 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
+import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from analysis.records import absolute_url, sqlite_path
@@ -79,6 +82,58 @@ for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
     if callable(getattr(RDBStorage, _name)):
         method = getattr(RDBStorage, _name)
         setattr(ResilientRDBStorage, _name, retrying(method, lambda self: store_name(self.url)))
+
+
+# A template trial (a queued slot) carries this key: a creation retried after its reply was
+# lost finds the trial it already made instead of queueing the slot twice.
+WRITE_KEY = "grpo_sweeper_write_key"
+
+
+def _create_new_trial(
+    self: RDBStorage, study_id: int, template_trial: FrozenTrial | None = None
+) -> FrozenTrial:
+    if template_trial is not None:
+        key = uuid.uuid4().hex
+        template_trial = copy.copy(template_trial)
+        template_trial.system_attrs = {**template_trial.system_attrs, WRITE_KEY: key}
+
+    def applied() -> tuple[bool, FrozenTrial | None]:
+        if template_trial is None:
+            return False, None
+        made = [
+            t
+            for t in RDBStorage.get_all_trials(self, study_id, deepcopy=False)
+            if t.system_attrs.get(WRITE_KEY) == key
+        ]
+        return bool(made), made[0] if made else None
+
+    return retried(
+        lambda: RDBStorage._create_new_trial(self, study_id, template_trial),
+        store_name(self.url),
+        applied=applied,
+    )
+
+
+def _set_trial_state_values(
+    self: RDBStorage, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+) -> bool:
+    """A state already stored as asked (with the same values) was this call's own commit:
+    a claim (WAITING -> RUNNING) is made under the plan's lock, a tell by the trial's owner."""
+
+    def applied() -> tuple[bool, bool]:
+        trial = RDBStorage.get_trial(self, trial_id)
+        same = trial.state == state and (values is None or list(trial.values or []) == list(values))
+        return same, True
+
+    return retried(
+        lambda: RDBStorage.set_trial_state_values(self, trial_id, state, values),
+        store_name(self.url),
+        applied=applied,
+    )
+
+
+ResilientRDBStorage._create_new_trial = _create_new_trial
+ResilientRDBStorage.set_trial_state_values = _set_trial_state_values
 
 
 def open_storage(

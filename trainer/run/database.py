@@ -88,16 +88,29 @@ def _sqlite_cannot_open(error: BaseException) -> bool:
     return "unable to open database file" in str(getattr(error, "orig", error))
 
 
-def retried(call: Callable[[], T], store: str, window_s: float | None = None) -> T:
+def retried(
+    call: Callable[[], T],
+    store: str,
+    window_s: float | None = None,
+    applied: Callable[[], tuple[bool, T]] | None = None,
+) -> T:
     """call(), tried again with backoff while the database is unreachable, for window_s
     (default: the process's retry window); then DatabaseUnreachable naming the store. A
     locked SQLite file is retried for LOCKED_WINDOW_S at most, then its error raised.
-    Each try is a store call (`store_call`): a signal landing in it is raised after it."""
+    Each try is a store call (`store_call`): a signal landing in it is raised after it.
+
+    A write whose commit reached the server may still fail (the reply was lost): before
+    trying it again, applied() says whether its effect is already stored, and with what
+    result; a write that is not naturally idempotent passes one."""
     window_s = retry_window() if window_s is None else window_s
     started = time.monotonic()
     for attempt in range(1_000_000):
         try:
             with store_call():
+                if attempt and applied is not None:
+                    done, result = applied()
+                    if done:
+                        return result
                 return call()
         except Exception as e:
             cause = _connection_error(e)
