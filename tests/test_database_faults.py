@@ -20,7 +20,7 @@ from conftest import sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
-from analysis import records
+from analysis import load, records
 from analysis.records import Role, State, Tag, TrialAttr
 from trainer.run.database import SCHEMA_BARRIER_ENV
 
@@ -247,3 +247,26 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
     assert second.user_attrs[TrialAttr.FAIL_REASON].startswith("lost 2 times in a row")
     runs = trial_runs(f"sqlite:///{tmp_path}/mlflow.db")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
+
+
+def test_the_analysis_waits_out_a_store_locked_by_a_writer(tmp_path):
+    """`python -m analysis report` on a busy store: a writer holds the SQLite file longer
+    than a reader's lock wait; the reader retries, as the sweep does, and reads the study."""
+    import sqlite3
+    import threading
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(storage=url, study_name="busy")
+    study.enqueue_trial({"x": 1})
+    writer = sqlite3.connect(tmp_path / "study.db", isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN EXCLUSIVE")  # readers too must wait (rollback journal)
+    released = threading.Timer(13, writer.execute, ["COMMIT"])
+    released.start()
+    try:
+        started = time.monotonic()
+        data = load.load_study(url, with_mlflow=False)
+        assert time.monotonic() - started >= 12  # it did wait for the writer
+    finally:
+        released.join()
+        writer.close()
+    assert (data.name, [t.state for t in data.trials]) == ("busy", ["waiting"])

@@ -18,11 +18,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from analysis.records import absolute_url, sqlite_path
+from analysis.stores import ResilientRDBStorage
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from trainer.base.errors import first_line
@@ -31,7 +32,6 @@ from trainer.run.database import (
     advisory_lock,
     missing_driver,
     retried,
-    retrying,
     schema_lock,
     scheme,
     shown_url,
@@ -63,27 +63,6 @@ def store_name(url: str) -> str:
     return f"hydra.sweeper.storage={shown_url(url)!r}"
 
 
-class ResilientRDBStorage(RDBStorage):
-    """Optuna's RDB storage, each call retried while the database is unreachable (a restart,
-    a failover): the trial in flight waits for the server instead of failing."""
-
-
-# Every call that reaches the database: BaseStorage's API, the heartbeats, and the private
-# methods Optuna's _CachedStorage (which load_study puts in front of an RDB storage) calls on
-# its backend directly. A retried call within a retried call does not wait twice.
-for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
-    "record_heartbeat",
-    "_get_stale_trial_ids",
-    "_create_new_trial",
-    "_set_trial_param",
-    "_get_best_trial_id",
-    "_get_trials",
-]:
-    if callable(getattr(RDBStorage, _name)):
-        method = getattr(RDBStorage, _name)
-        setattr(ResilientRDBStorage, _name, retrying(method, lambda self: store_name(self.url)))
-
-
 # A template trial (a queued slot) carries this key: a creation retried after its reply was
 # lost finds the trial it already made instead of queueing the slot twice.
 WRITE_KEY = "grpo_sweeper_write_key"
@@ -109,7 +88,7 @@ def _create_new_trial(
 
     return retried(
         lambda: RDBStorage._create_new_trial(self, study_id, template_trial),
-        store_name(self.url),
+        self.store,
         applied=applied,
     )
 
@@ -127,7 +106,7 @@ def _set_trial_state_values(
 
     return retried(
         lambda: RDBStorage.set_trial_state_values(self, trial_id, state, values),
-        store_name(self.url),
+        self.store,
         applied=applied,
     )
 
@@ -164,6 +143,7 @@ def open_storage(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return ResilientRDBStorage(
                 url,
+                store=store_name(url),
                 engine_kwargs=kwargs,
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
