@@ -31,6 +31,7 @@ from trainer.run.database import (
     DatabaseUnreachable,
     advisory_lock,
     missing_driver,
+    note_store_failure,
     retried,
     schema_lock,
     scheme,
@@ -229,6 +230,7 @@ class Heartbeat:
                 pause = self.interval
             except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
                 # a second, not an interval later, so busy moments never add up to the grace period
+                note_store_failure()
                 pause = min(BEAT_RETRY_S, self.interval)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -40,6 +41,20 @@ SCHEMA_LOCK_KEY = zlib.crc32(b"grpo-sweeper schema")
 SCHEMA_BARRIER_ENV = "GRPO_SWEEPER_TEST_SCHEMA_BARRIER"
 # The pip name of each driver a URL may need, and what the project installs it with.
 DRIVER_PACKAGES = {"psycopg": "grpo-sweeper[postgres]"}
+
+
+_last_failure = {"at": -math.inf}  # when a store call of this process last failed to connect
+
+
+def note_store_failure() -> None:
+    """A store call failed to reach its database (retried, or a heartbeat that failed)."""
+    _last_failure["at"] = time.monotonic()
+
+
+def calm_for() -> float:
+    """Seconds since a store call of this process last failed to reach its database: after an
+    outage, others' heartbeats are as old as the outage, not a sign their workers died."""
+    return time.monotonic() - _last_failure["at"]
 
 
 class DatabaseUnreachable(Exception):
@@ -116,6 +131,7 @@ def retried(
             cause = _connection_error(e)
             if cause is None:
                 raise
+            note_store_failure()
             why = first_line(cause)[:200]
             waited = time.monotonic() - started
             if _sqlite_locked(cause):
