@@ -13,28 +13,39 @@ import pytest
 import sqlalchemy.event
 import sqlalchemy.exc
 from optuna.distributions import CategoricalDistribution
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from sweeper.study import slots
 from sweeper.study.storage import open_storage
-from trainer.run.tracking import MLflowRun, tracking_client
+from trainer.run.tracking import MLflowRun, experiment_id, tracking_client
 
 
 @contextlib.contextmanager
 def reply_lost_once():
-    """The next commit goes through, then its caller sees the connection drop."""
+    """The next commit that writes goes through, then its caller sees the connection drop."""
     lost = []
 
+    def wrote(session: Session, context: object) -> None:
+        session.info["wrote"] = True
+
+    def executed(state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            state.session.info["wrote"] = True
+
     def drop(session: Session) -> None:
-        if not lost:
+        if session.info.pop("wrote", False) and not lost:
             lost.append(True)
             raise sqlalchemy.exc.OperationalError("COMMIT", {}, sqlite3.OperationalError("lost"))
 
+    sqlalchemy.event.listen(Session, "after_flush", wrote)
+    sqlalchemy.event.listen(Session, "do_orm_execute", executed)
     sqlalchemy.event.listen(Session, "after_commit", drop)
     try:
         yield
     finally:
         sqlalchemy.event.remove(Session, "after_commit", drop)
+        sqlalchemy.event.remove(Session, "after_flush", wrote)
+        sqlalchemy.event.remove(Session, "do_orm_execute", executed)
     assert lost, "no commit happened in the block"
 
 
@@ -63,9 +74,13 @@ def test_a_queued_slot_claimed_and_told_once_each(study):
     assert told.intermediate_values == {3: 0.5}
 
 
-def test_a_metric_step_logged_once(tmp_path):
+def test_a_run_created_and_a_metric_step_logged_once(tmp_path):
     client = tracking_client(f"sqlite:///{tmp_path}/mlflow.db")
-    run = MLflowRun("e", "r", client=client)
+    experiment = experiment_id(client, "e")
+    with reply_lost_once():
+        created = client.create_run(experiment, run_name="r")
+    assert [r.info.run_id for r in client.search_runs([experiment])] == [created.info.run_id]
+    run = MLflowRun.attach(created.info.run_id, client)
     for step in (1, 2):
         with reply_lost_once():
             run.log_metrics(step, {"m": float(step)})

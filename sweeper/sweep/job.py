@@ -21,9 +21,11 @@ from typing import Any
 
 import optuna
 from omegaconf import DictConfig
+from optuna.trial import TrialState
 
 from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
+from sweeper import optuna_adapter as oa
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
 from trainer.backends import train
@@ -53,6 +55,10 @@ class TrialPruned(optuna.TrialPruned):
 
     def __reduce__(self):  # picklable for the joblib launcher, breach included
         return (TrialPruned, (self.breach,))
+
+
+class TakenOver(Exception):
+    """This trial's point now belongs to another worker: record nothing more."""
 
 
 def make_pruner(name: str, warmup_steps: int) -> optuna.pruners.BasePruner:
@@ -87,6 +93,9 @@ class TrialReporter:
         self.baseline: float | None = None
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        # Taken over (another worker saw it stale and queued its point): stop writing at once.
+        if oa.fresh(self.trial.study, oa.trial_id(self.trial)).state != TrialState.RUNNING:
+            raise TakenOver(f"t{self.trial.number} was taken over by another worker")
         self.run.log_metrics(step, metrics)
         self.last.update(metrics)
         self.steps_run = step
@@ -176,7 +185,8 @@ def run_trial(cfg: DictConfig) -> float:
         raise
     finally:
         # A store that stayed away: nothing can be recorded; the sweep sees the run lost.
-        if not isinstance(error, DatabaseUnreachable):
+        # Taken over: the trial and its run are the other worker's now.
+        if not isinstance(error, DatabaseUnreachable | TakenOver):
             replicate = outcome(started, reporter, result, error)
             trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)

@@ -12,6 +12,7 @@ import inspect
 import os
 import time
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,36 @@ class ResilientMlflowClient(MlflowClient):
 for _name, _method in list(vars(MlflowClient).items()):
     if not _name.startswith("_") and inspect.isfunction(_method):
         setattr(ResilientMlflowClient, _name, retrying(_method, lambda self: self.store))
+
+# A run carries this tag: a creation retried after its reply was lost finds the run it made
+# instead of starting a second one. (Bookkeeping, as EXPERIMENT_KIND below: no record.)
+WRITE_KEY_TAG = "grpo_sweeper.write_key"
+
+
+def _create_run(
+    self: ResilientMlflowClient,
+    experiment_id: str,
+    start_time: int | None = None,
+    tags: dict[str, Any] | None = None,
+    run_name: str | None = None,
+) -> Any:
+    key = uuid.uuid4().hex
+    tags = {**(tags or {}), WRITE_KEY_TAG: key}
+
+    def applied() -> tuple[bool, Any]:
+        found = MlflowClient.search_runs(
+            self, [experiment_id], filter_string=f"tags.`{WRITE_KEY_TAG}` = '{key}'"
+        )
+        return bool(found), found[0] if found else None
+
+    return retried(
+        lambda: MlflowClient.create_run(self, experiment_id, start_time, tags, run_name),
+        self.store,
+        applied=applied,
+    )
+
+
+ResilientMlflowClient.create_run = _create_run
 
 
 def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
