@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sweep, start_sweep, study_in
+from conftest import run_sweep, start_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, TrialAttr
 from sweeper.study import recovery
+from sweeper.study.storage import exclusive
 from sweeper.sweep import tell
 from trainer.base.metrics import REWARD
 
@@ -89,7 +90,9 @@ def test_kill_9_then_the_same_command_resumes_from_the_checkpoint(tmp_path):
     _resumes_and_completes(tmp_path)
 
 
-def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(tmp_path):
+def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(
+    tmp_path, monkeypatch
+):
     """A worker whose heartbeats another worker missed (a stalled host, a locked database) has
     its trial lost and its point queued again, as the other worker's recovery does it. When its
     own run then ends it drops that result and goes on (it once crashed writing to the finished
@@ -103,8 +106,10 @@ def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(t
         time.sleep(0.2)
     study = study_in(tmp_path)
     trial_id = _running(tmp_path)[0]._trial_id
-    assert recovery.lose(study, trial_id, "its sweeper stopped (this test)", max_in_a_row=3)
-    tell.give_back(study, study._storage.get_trial(trial_id), "test")  # closes its runs
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    with exclusive(study_uri(tmp_path)):  # as a worker's recovery does: lose and re-queue at once
+        assert recovery.lose(study, trial_id, "its sweeper stopped (this test)", max_in_a_row=3)
+        tell.give_back(study, study._storage.get_trial(trial_id), "test")  # closes its runs
     out = worker.communicate(timeout=600)[0]
     assert worker.returncode == 0, out[-3000:]
     assert "t0 was taken over by another worker" in out, out[-3000:]
