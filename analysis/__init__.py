@@ -2,6 +2,7 @@
 
 Modules, one job each:
   load      Optuna storage + MLflow -> per-trial records and per-step histories
+  stores    the stores opened to outlast a restart (every call retried), for sweep and reads
   plots     the figures (matplotlib, Agg)
   advice    rules of thumb -> "what to try next"
   report    terminal leaderboard and the self-contained HTML report

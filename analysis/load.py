@@ -30,6 +30,7 @@ from analysis.records import (
     absolute_url,
     sqlite_path,
 )
+from analysis.stores import ResilientRDBStorage
 from trainer.base.errors import first_line
 from trainer.base.metrics import (
     ENTROPY,
@@ -41,6 +42,7 @@ from trainer.base.metrics import (
     KL_SAMPLE_TRAIN_V2,
     REWARD,
 )
+from trainer.run.database import DatabaseUnreachable, retried, scheme, shown_url
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
@@ -127,14 +129,29 @@ class StudyData:
 
 # --- Optuna ---------------------------------------------------------------------------
 
+SQLITE_READ_TIMEOUT_S = 10  # a reader waits this long for a writer's lock before a retry
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql")  # stores read through retries
+
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """The storage, never creating one: a misspelt SQLite path is an error, not a new file."""
     path = sqlite_path(url)
     if path is not None and not path.is_file():
         raise AnalysisError(f"no Optuna storage at {url} ({path.absolute()} does not exist)")
+    # A server's dropped connections are replaced; a SQLite file's readers wait out writers.
+    kwargs = (
+        {"connect_args": {"timeout": SQLITE_READ_TIMEOUT_S}} if path else {"pool_pre_ping": True}
+    )
+    store = f"the Optuna storage {shown_url(url)}"
     try:
-        return optuna.storages.RDBStorage(url, skip_table_creation=True)
+        return retried(
+            lambda: ResilientRDBStorage(
+                url, skip_table_creation=True, engine_kwargs=kwargs, store=store
+            ),
+            store,
+        )
+    except DatabaseUnreachable as e:
+        raise AnalysisError(str(e)) from None
     except Exception as e:  # driver, sqlalchemy and OS errors alike: name the URL
         raise AnalysisError(f"cannot open the Optuna storage {url}: {first_line(e)}") from None
 
@@ -272,7 +289,11 @@ def mlflow_client(uri: str) -> Any:
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    return MlflowClient(uri)
+    from trainer.run.tracking import ResilientMlflowClient
+
+    if scheme(uri) not in DATABASE_SCHEMES:  # a server: MLflow's own retries (quick_mlflow)
+        return MlflowClient(uri)
+    return retried(lambda: ResilientMlflowClient(uri), f"the MLflow store {shown_url(uri)}")
 
 
 def _training_runs(client: Any, data: StudyData) -> dict[int, dict[int, str]]:

@@ -20,7 +20,7 @@ from conftest import sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
-from analysis import records
+from analysis import load, records
 from analysis.records import Role, State, Tag, TrialAttr
 from trainer.run.database import SCHEMA_BARRIER_ENV
 
@@ -247,3 +247,76 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
     assert second.user_attrs[TrialAttr.FAIL_REASON].startswith("lost 2 times in a row")
     runs = trial_runs(f"sqlite:///{tmp_path}/mlflow.db")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
+
+
+def test_the_analysis_waits_out_a_store_locked_by_a_writer(tmp_path):
+    """`python -m analysis report` on a busy store: a writer holds the SQLite file longer
+    than a reader's lock wait; the reader retries, as the sweep does, and reads the study."""
+    import sqlite3
+    import threading
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(storage=url, study_name="busy")
+    study.enqueue_trial({"x": 1})
+    writer = sqlite3.connect(tmp_path / "study.db", isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN EXCLUSIVE")  # readers too must wait (rollback journal)
+    released = threading.Timer(13, writer.execute, ["COMMIT"])
+    released.start()
+    try:
+        started = time.monotonic()
+        data = load.load_study(url, with_mlflow=False)
+        assert time.monotonic() - started >= 12  # it did wait for the writer
+    finally:
+        released.join()
+        writer.close()
+    assert (data.name, [t.state for t in data.trials]) == ("busy", ["waiting"])
+
+
+def test_after_an_outage_a_trial_is_taken_over_only_once_the_grace_has_passed_again(tmp_path):
+    """Heartbeats carry the database's clock: a trial silent only because the store was away
+    looks stale the moment it returns. Its grace counts from the store's return."""
+    import sqlite3
+    from types import SimpleNamespace
+
+    import sqlalchemy
+
+    from sweeper import optuna_adapter as oa
+    from sweeper.study.storage import open_storage
+    from sweeper.sweep.tell import give_back_stale
+    from trainer.run.database import retried
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    study = optuna.create_study(storage=open_storage(url, 1, 2), study_name="s")
+    trial = study.ask()
+    oa.record_heartbeat(study, trial._trial_id)
+    time.sleep(2.5)  # its worker is silent past the grace: the store was away
+    # The store away, as this worker saw it: a real call that failed once, then came back.
+    writer = sqlite3.connect(tmp_path / "study.db", isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    engine = sqlalchemy.create_engine(url, connect_args={"timeout": 0.1})
+
+    tries = []
+
+    def read() -> int:
+        tries.append(1)
+        try:
+            with engine.connect() as connection:
+                return connection.execute(sqlalchemy.text("SELECT count(*) FROM trials")).scalar()
+        finally:
+            if len(tries) == 1:
+                writer.execute("COMMIT")  # back for the retry
+
+    assert retried(read, "test") == 1 and len(tries) == 2
+    writer.close()
+    settings = SimpleNamespace(
+        fail_stale_trials=True,
+        grace_period=2,
+        heartbeat_interval=1,
+        storage=url,
+        max_lost_in_a_row=3,
+    )
+    give_back_stale(study, settings, "s")
+    assert [t.state.name for t in study.get_trials()] == ["RUNNING"]  # not taken over yet
+    time.sleep(2.2)  # the grace again, counted from the store's return: now it is lost
+    give_back_stale(study, settings, "s")
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "WAITING"]

@@ -11,12 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sweep, start_sweep, study_in
+from conftest import run_sweep, start_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, TrialAttr
-from sweeper.study import recovery, slots
+from sweeper.study import recovery
+from sweeper.study.storage import exclusive
+from sweeper.sweep import tell
+from trainer.base.metrics import REWARD
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +90,9 @@ def test_kill_9_then_the_same_command_resumes_from_the_checkpoint(tmp_path):
     _resumes_and_completes(tmp_path)
 
 
-def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(tmp_path):
+def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(
+    tmp_path, monkeypatch
+):
     """A worker whose heartbeats another worker missed (a stalled host, a locked database) has
     its trial lost and its point queued again, as the other worker's recovery does it. When its
     own run then ends it drops that result and goes on (it once crashed writing to the finished
@@ -96,19 +101,33 @@ def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(t
     args += ["task.eval_size=16", "hydra.sweeper.health=[]"]
     worker = start_sweep(tmp_path, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
-    while not (running := _running(tmp_path)):
+    while not (run_id := _training_run(tmp_path)):  # training, its first steps logged
         assert worker.poll() is None and time.monotonic() < deadline, worker.stdout.read()[-3000:]
         time.sleep(0.2)
     study = study_in(tmp_path)
-    trial_id = running[0]._trial_id
-    assert recovery.lose(study, trial_id, "its sweeper stopped (this test)", max_in_a_row=3)
-    slots.give_back(study, study._storage.get_trial(trial_id), {})
+    trial_id = _running(tmp_path)[0]._trial_id
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    with exclusive(study_uri(tmp_path)):  # as a worker's recovery does: lose and re-queue at once
+        assert recovery.lose(study, trial_id, "its sweeper stopped (this test)", max_in_a_row=3)
+        tell.give_back(study, study._storage.get_trial(trial_id), "test")  # closes its runs
     out = worker.communicate(timeout=600)[0]
     assert worker.returncode == 0, out[-3000:]
     assert "t0 was taken over by another worker" in out, out[-3000:]
     trials = study_in(tmp_path).trials
     assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"], out[-3000:]
     assert trials[0].user_attrs[TrialAttr.FAIL_REASON].startswith("lost: its sweeper stopped")
+    # It went quiet at once: its run got no more steps and keeps the status recovery gave it.
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    steps = [m.step for m in client.get_metric_history(run_id, REWARD)]
+    assert max(steps) < 40 and client.get_run(run_id).info.status == "FAILED"
+
+
+def _training_run(cwd: Path) -> str | None:
+    """The running trial's MLflow run once it has logged a step (None before)."""
+    running = _running(cwd)
+    run_id = running[0].user_attrs.get(TrialAttr.MLFLOW_RUN_ID) if running else None
+    client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
+    return run_id if run_id and client.get_metric_history(run_id, REWARD) else None
 
 
 def _running(cwd: Path) -> list:

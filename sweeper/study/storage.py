@@ -9,17 +9,21 @@ heartbeats, and heartbeats are how a restarted sweep tells a trial whose process
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
+import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from analysis.records import absolute_url, sqlite_path
+from analysis.stores import ResilientRDBStorage
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from trainer.base.errors import first_line
@@ -27,8 +31,8 @@ from trainer.run.database import (
     DatabaseUnreachable,
     advisory_lock,
     missing_driver,
+    note_store_failure,
     retried,
-    retrying,
     schema_lock,
     scheme,
     shown_url,
@@ -60,25 +64,56 @@ def store_name(url: str) -> str:
     return f"hydra.sweeper.storage={shown_url(url)!r}"
 
 
-class ResilientRDBStorage(RDBStorage):
-    """Optuna's RDB storage, each call retried while the database is unreachable (a restart,
-    a failover): the trial in flight waits for the server instead of failing."""
+# A template trial (a queued slot) carries this key: a creation retried after its reply was
+# lost finds the trial it already made instead of queueing the slot twice.
+WRITE_KEY = "grpo_sweeper_write_key"
 
 
-# Every call that reaches the database: BaseStorage's API, the heartbeats, and the private
-# methods Optuna's _CachedStorage (which load_study puts in front of an RDB storage) calls on
-# its backend directly. A retried call within a retried call does not wait twice.
-for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
-    "record_heartbeat",
-    "_get_stale_trial_ids",
-    "_create_new_trial",
-    "_set_trial_param",
-    "_get_best_trial_id",
-    "_get_trials",
-]:
-    if callable(getattr(RDBStorage, _name)):
-        method = getattr(RDBStorage, _name)
-        setattr(ResilientRDBStorage, _name, retrying(method, lambda self: store_name(self.url)))
+def _create_new_trial(
+    self: RDBStorage, study_id: int, template_trial: FrozenTrial | None = None
+) -> FrozenTrial:
+    if template_trial is not None:
+        key = uuid.uuid4().hex
+        template_trial = copy.copy(template_trial)
+        template_trial.system_attrs = {**template_trial.system_attrs, WRITE_KEY: key}
+
+    def applied() -> tuple[bool, FrozenTrial | None]:
+        if template_trial is None:
+            return False, None
+        made = [
+            t
+            for t in RDBStorage.get_all_trials(self, study_id, deepcopy=False)
+            if t.system_attrs.get(WRITE_KEY) == key
+        ]
+        return bool(made), made[0] if made else None
+
+    return retried(
+        lambda: RDBStorage._create_new_trial(self, study_id, template_trial),
+        self.store,
+        applied=applied,
+    )
+
+
+def _set_trial_state_values(
+    self: RDBStorage, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+) -> bool:
+    """A state already stored as asked (with the same values) was this call's own commit:
+    a claim (WAITING -> RUNNING) is made under the plan's lock, a tell by the trial's owner."""
+
+    def applied() -> tuple[bool, bool]:
+        trial = RDBStorage.get_trial(self, trial_id)
+        same = trial.state == state and (values is None or list(trial.values or []) == list(values))
+        return same, True
+
+    return retried(
+        lambda: RDBStorage.set_trial_state_values(self, trial_id, state, values),
+        self.store,
+        applied=applied,
+    )
+
+
+ResilientRDBStorage._create_new_trial = _create_new_trial
+ResilientRDBStorage.set_trial_state_values = _set_trial_state_values
 
 
 def open_storage(
@@ -109,6 +144,7 @@ def open_storage(
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return ResilientRDBStorage(
                 url,
+                store=store_name(url),
                 engine_kwargs=kwargs,
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
@@ -194,6 +230,7 @@ class Heartbeat:
                 pause = self.interval
             except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
                 # a second, not an interval later, so busy moments never add up to the grace period
+                note_store_failure()
                 pause = min(BEAT_RETRY_S, self.interval)
 
 

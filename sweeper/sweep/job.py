@@ -22,10 +22,12 @@ from typing import Any
 
 import optuna
 from omegaconf import DictConfig
+from optuna.trial import TrialState
 
 from analysis import forecast, records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
+from sweeper import optuna_adapter as oa
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
 from trainer.backends import train
@@ -43,6 +45,8 @@ from trainer.rl.health import (
 from trainer.run.checkpoint import resumable_step
 from trainer.run.database import DatabaseUnreachable, set_retry_window
 from trainer.run.tracking import MLflowRun, tracking_client
+
+log = logging.getLogger(__name__)
 
 # --- stopping a trial early ------------------------------------------------------
 # Health rules (trainer/rl/health.py) are our own: Optuna's `trial.report` takes one value per
@@ -63,7 +67,8 @@ class TrialPruned(optuna.TrialPruned):
         return (TrialPruned, (self.breach,))
 
 
-log = logging.getLogger(__name__)
+class TakenOver(Exception):
+    """This trial's point now belongs to another worker: record nothing more."""
 
 
 def make_pruner(name: str, warmup_steps: int) -> optuna.pruners.BasePruner:
@@ -101,6 +106,9 @@ class TrialReporter:
         self.forecaster: Forecaster | None = None  # pruner=forecast
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        # Taken over (another worker saw it stale and queued its point): stop writing at once.
+        if oa.fresh(self.trial.study, oa.trial_id(self.trial)).state != TrialState.RUNNING:
+            raise TakenOver(f"t{self.trial.number} was taken over by another worker")
         self.run.log_metrics(step, metrics)
         self.last.update(metrics)
         self.steps_run = step
@@ -280,8 +288,9 @@ def run_trial(cfg: DictConfig) -> float:
         raise
     finally:
         # A store that stayed away (nothing can be recorded) or a rank that died: the sweep
-        # sees the run lost and queues it again.
-        if not isinstance(error, (DatabaseUnreachable, RankLost)):
+        # sees the run lost and queues it again. Taken over: the trial and its run are the
+        # other worker's now.
+        if not isinstance(error, DatabaseUnreachable | RankLost | TakenOver):
             replicate = outcome(started, reporter, result, error)
             trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)

@@ -94,9 +94,7 @@ class SweepRunner:
             end_child_processes()
             # Nothing more can be recorded: leave at once, so that no job thread still waiting
             # on the database speaks after this line (an orderly exit joins those threads).
-            print(f"error: {e}; resume with the same command once it is back", file=sys.stderr)
-            sys.stderr.flush()
-            os._exit(1)
+            _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
         processes = self.config.backend.processes  # devices a trial takes
@@ -310,6 +308,15 @@ class SweepRunner:
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
         say(progress_line(study, self.search_sampler.planned, self.s.maximize))
-        sys.exit(
-            f"interrupted ({what}): study {self.name!r} is saved; resume with the same command"
-        )
+        # Everything is recorded: leave without the interpreter's teardown, which collects
+        # the model's garbage and, on a busy host, can outlast a preemption's grace period.
+        _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")
+
+
+def _leave(message: str) -> None:
+    """The last line, to stderr, then exit(1) at once."""
+    print(message, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(1)

@@ -10,6 +10,8 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
+from trainer.run.database import defer_interrupt
+
 INTERRUPT_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
 
@@ -18,13 +20,22 @@ class SignalInterrupt(KeyboardInterrupt):
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise SignalInterrupt(INTERRUPT_SIGNALS.get(signum, str(signum)))
+    """Raise the interrupt, or, inside a store call, once that call has returned (a session
+    cut mid-transaction would keep its locks from the handler's own writes)."""
+    if signum == signal.SIGINT:
+        interrupt: KeyboardInterrupt = KeyboardInterrupt()
+    else:
+        interrupt = SignalInterrupt(INTERRUPT_SIGNALS.get(signum, str(signum)))
+    if not defer_interrupt(interrupt):
+        raise interrupt
 
 
 @contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
-    """Within the block, these signals raise `SignalInterrupt`; the previous handlers come back."""
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in INTERRUPT_SIGNALS}
+    """Within the block, these signals (and Ctrl-C) raise `SignalInterrupt` (KeyboardInterrupt),
+    never inside a store call; the previous handlers come back."""
+    handled = [*INTERRUPT_SIGNALS, signal.SIGINT]
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in handled}
     try:
         yield
     finally:

@@ -25,6 +25,7 @@ from sweeper.sweep.flights import InFlight
 from sweeper.sweep.outcome import combine
 from trainer.base.errors import fail_reason
 from trainer.rl.health import is_unsafe
+from trainer.run.database import calm_for
 from trainer.run.tracking import tracking_client
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,10 @@ def give_back_stale(study: optuna.Study, settings: SweepSettings, name: str) -> 
     """fail_stale_trials=true: the trials whose sweeper stopped are lost, their points queued
     again (any worker may find them)."""
     if not settings.fail_stale_trials or not oa.stale_trial_ids(study):
+        return
+    # Heartbeats are stamped with the database's clock: right after an outage every running
+    # trial looks stale. Its grace counts from the store's return, not across the outage.
+    if calm_for() < (settings.grace_period or 2 * settings.heartbeat_interval):
         return
     with exclusive(settings.storage):  # a worker filling the plan sees each point queued again
         for trial in recovery.fail_stale_trials(study, STALE_REASON, settings.max_lost_in_a_row):

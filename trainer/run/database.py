@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -30,12 +32,29 @@ T = TypeVar("T")
 DEFAULT_RETRY_S = 120.0  # hydra.sweeper.db_retry_seconds's default, and a plain run's
 _retry_window = {"seconds": DEFAULT_RETRY_S}  # set once per process: set_retry_window
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between tries; the last one repeats
+# A SQLite file locked by another process is busy, not away: each try already waited the
+# driver's busy timeout, so lock contention is retried this long at most, then raised as is.
+LOCKED_WINDOW_S = 30.0
 SCHEMA_LOCK_KEY = zlib.crc32(b"grpo-sweeper schema")
 # Tests only: "<folder>:<n>" makes n processes wait for each other right before they create
 # a store's schema, so that the race the schema lock prevents happens every time.
 SCHEMA_BARRIER_ENV = "GRPO_SWEEPER_TEST_SCHEMA_BARRIER"
 # The pip name of each driver a URL may need, and what the project installs it with.
 DRIVER_PACKAGES = {"psycopg": "grpo-sweeper[postgres]"}
+
+
+_last_failure = {"at": -math.inf}  # when a store call of this process last failed to connect
+
+
+def note_store_failure() -> None:
+    """A store call failed to reach its database (retried, or a heartbeat that failed)."""
+    _last_failure["at"] = time.monotonic()
+
+
+def calm_for() -> float:
+    """Seconds since a store call of this process last failed to reach its database: after an
+    outage, others' heartbeats are as old as the outage, not a sign their workers died."""
+    return time.monotonic() - _last_failure["at"]
 
 
 class DatabaseUnreachable(Exception):
@@ -84,20 +103,41 @@ def _sqlite_cannot_open(error: BaseException) -> bool:
     return "unable to open database file" in str(getattr(error, "orig", error))
 
 
-def retried(call: Callable[[], T], store: str, window_s: float | None = None) -> T:
+def retried(
+    call: Callable[[], T],
+    store: str,
+    window_s: float | None = None,
+    applied: Callable[[], tuple[bool, T]] | None = None,
+) -> T:
     """call(), tried again with backoff while the database is unreachable, for window_s
-    (default: the process's retry window); then DatabaseUnreachable naming the store."""
+    (default: the process's retry window); then DatabaseUnreachable naming the store. A
+    locked SQLite file is retried for LOCKED_WINDOW_S at most, then its error raised.
+    Each try is a store call (`store_call`): a signal landing in it is raised after it.
+
+    A write whose commit reached the server may still fail (the reply was lost): before
+    trying it again, applied() says whether its effect is already stored, and with what
+    result; a write that is not naturally idempotent passes one."""
     window_s = retry_window() if window_s is None else window_s
-    deadline = time.monotonic() + window_s
+    started = time.monotonic()
     for attempt in range(1_000_000):
         try:
-            return call()
+            with store_call():
+                if attempt and applied is not None:
+                    done, result = applied()
+                    if done:
+                        return result
+                return call()
         except Exception as e:
             cause = _connection_error(e)
             if cause is None:
                 raise
+            note_store_failure()
             why = first_line(cause)[:200]
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - started
+            if _sqlite_locked(cause):
+                if waited >= min(window_s, LOCKED_WINDOW_S):
+                    raise
+            elif waited >= window_s:
                 raise DatabaseUnreachable(
                     f"{store}: the database is unreachable (retried for {window_s:g} s: {why})"
                 ) from e
@@ -105,6 +145,50 @@ def retried(call: Callable[[], T], store: str, window_s: float | None = None) ->
                 log.warning("%s: lost the database (%s); retrying", store, why)
             time.sleep(min(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)], window_s / 4 + 0.05))
     raise AssertionError("unreachable")
+
+
+def _sqlite_locked(error: BaseException) -> bool:
+    return "database is locked" in str(getattr(error, "orig", error))
+
+
+# --- signals inside store calls ------------------------------------------------------
+# A signal whose handler raises (SIGTERM as an interrupt) lands between any two bytecodes: in
+# a store call, it would leave the driver's session open mid-transaction (SQLite: its write
+# lock held), and the handler's own writes would then wait on this very process. Inside a
+# store call on the main thread (where Python runs signal handlers) the interrupt is kept
+# and raised when the call returns, its session committed or rolled back and closed.
+
+
+class _StoreCalls:
+    depth = 0  # store calls of the main thread in progress (nested ones count)
+    pending: BaseException | None = None  # an interrupt kept until they return
+
+
+@contextlib.contextmanager
+def store_call() -> Iterator[None]:
+    """A block that talks to a store: an interrupt deferred within it (`defer_interrupt`) is
+    raised when the outermost block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _StoreCalls.depth += 1
+    try:
+        yield
+    finally:
+        _StoreCalls.depth -= 1
+        if _StoreCalls.depth == 0 and _StoreCalls.pending is not None:
+            interrupt, _StoreCalls.pending = _StoreCalls.pending, None
+            raise interrupt
+
+
+def defer_interrupt(interrupt: BaseException) -> bool:
+    """For a signal handler: True when a store call is in progress, which raises `interrupt`
+    as it returns; False when the handler should raise it now."""
+    if _StoreCalls.depth == 0:
+        return False
+    if _StoreCalls.pending is None:
+        _StoreCalls.pending = interrupt
+    return True
 
 
 def retrying(method: Callable[..., T], store_of: Callable[[Any], str]) -> Callable[..., T]:

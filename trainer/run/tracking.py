@@ -12,6 +12,7 @@ import inspect
 import os
 import time
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,36 @@ for _name, _method in list(vars(MlflowClient).items()):
     if not _name.startswith("_") and inspect.isfunction(_method):
         setattr(ResilientMlflowClient, _name, retrying(_method, lambda self: self.store))
 
+# A run carries this tag: a creation retried after its reply was lost finds the run it made
+# instead of starting a second one. (Bookkeeping, as EXPERIMENT_KIND below: no record.)
+WRITE_KEY_TAG = "grpo_sweeper.write_key"
+
+
+def _create_run(
+    self: ResilientMlflowClient,
+    experiment_id: str,
+    start_time: int | None = None,
+    tags: dict[str, Any] | None = None,
+    run_name: str | None = None,
+) -> Any:
+    key = uuid.uuid4().hex
+    tags = {**(tags or {}), WRITE_KEY_TAG: key}
+
+    def applied() -> tuple[bool, Any]:
+        found = MlflowClient.search_runs(
+            self, [experiment_id], filter_string=f"tags.`{WRITE_KEY_TAG}` = '{key}'"
+        )
+        return bool(found), found[0] if found else None
+
+    return retried(
+        lambda: MlflowClient.create_run(self, experiment_id, start_time, tags, run_name),
+        self.store,
+        applied=applied,
+    )
+
+
+ResilientMlflowClient.create_run = _create_run
+
 
 def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
     """Open (the first time: create) a database store; window_s=0 fails at once."""
@@ -217,6 +248,7 @@ class MLflowRun:
             experiment_id(self.client, experiment), run_name=run_name, tags=all_tags
         )
         self.run_id = run.info.run_id
+        self.logged_through = -1  # the last step with metrics in the run
 
     @classmethod
     def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
@@ -224,6 +256,7 @@ class MLflowRun:
         run = cls.__new__(cls)
         run.client, run.run_id = client or tracking_client(), run_id
         run.client.update_run(run_id, status="RUNNING")
+        run.logged_through = last_step(run.client, run_id)
         return run
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -232,6 +265,10 @@ class MLflowRun:
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        # A resumed run trains again the steps after its checkpoint: those the interrupted
+        # copy logged keep their values, so every step is in the curve once.
+        if step <= self.logged_through:
+            return
         # NaN is a legal metric value in MLflow and worth seeing; inf is stored as a large value.
         now = int(1000 * time.time())
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
@@ -256,6 +293,13 @@ class MLflowRun:
     def end(self, status: str = "FINISHED") -> None:
         """status: FINISHED, FAILED or KILLED (MLflow's names)."""
         self.client.set_terminated(self.run_id, status=status)
+
+
+def last_step(client: MlflowClient, run_id: str) -> int:
+    """The last step any metric of the run was logged at (-1: none)."""
+    keys = client.get_run(run_id).data.metrics
+    steps = [m.step for key in keys for m in client.get_metric_history(run_id, key)]
+    return max(steps, default=-1)
 
 
 class MLflowReporter:
