@@ -195,16 +195,10 @@ class RewardSet:
     def parts(self, problem, completion: str, finished: bool) -> dict[str, float]:
         """Each reward's score, by name; a reward that raises or returns a non-number
         raises RewardError naming it."""
-        scores = {}
-        for name, fn in zip(self.names, self.fns, strict=True):
-            try:
-                value = fn(problem, completion, finished)
-            except ConfigError:
-                raise
-            except Exception as e:
-                raise RewardError(raised(name, e, completion)) from e
-            scores[name] = check_number(name, value, completion)
-        return scores
+        return {
+            name: call_reward(name, fn, problem, completion, finished)
+            for name, fn in zip(self.names, self.fns, strict=True)
+        }
 
     def total(self, parts: dict[str, float]) -> float:
         return sum(w * parts[name] for name, w in zip(self.names, self.weights, strict=True))
@@ -234,6 +228,18 @@ def check_number(name: str, value: Any, completion: str) -> float:
             f"(on completion {shorten(completion)!r})"
         )
     return float(value)
+
+
+def call_reward(name: str, fn: RewardFn, problem, completion: str, finished: bool) -> float:
+    """One reward on one completion: its number, or RewardError naming it (a reward that
+    raises, or returns something other than a finite number)."""
+    try:
+        value = fn(problem, completion, finished)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise RewardError(raised(name, e, completion)) from e
+    return check_number(name, value, completion)
 
 
 def score(task, problem, completion: str, finished: bool) -> tuple[float, dict[str, float]]:

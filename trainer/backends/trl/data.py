@@ -27,9 +27,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.backends.trl.mapping import STYLE_TRL
-from trainer.base.errors import ConfigError
 from trainer.env.prompts import PromptRenderer, prompt_key
-from trainer.env.rewards import RewardError, RewardSet, check_number, raised, score
+from trainer.env.rewards import RewardError, RewardSet, call_reward, check_number, raised, score
 from trainer.env.tasks import Problem, Task, read_split
 
 PROBLEM_INDEX = "problem_index"  # the dataset column that names a row's Problem
@@ -115,14 +114,8 @@ def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[
             problem, finished = problems[index], bool(ids) and ids[-1] in eos_ids
             if fn is None:
                 scores.append(score(task, problem, text, finished)[0])
-                continue
-            try:
-                value = fn(problem, text, finished)
-            except ConfigError:
-                raise
-            except Exception as e:
-                raise RewardError(raised(name, e, text)) from e
-            scores.append(check_number(name, value, text))
+            else:
+                scores.append(call_reward(name, fn, problem, text, finished))
         return scores
 
     reward.__name__ = name  # TRL logs rewards/<__name__>/mean
