@@ -62,6 +62,13 @@ class State:
     RUNNING = "RUNNING"  # a seed's record while it trains (its run id and output folder)
 
 
+class StudyMetric:
+    """MLflow metrics of the study's run."""
+
+    BEST_VALUE = "best_value"  # the best trial's objective
+    BEST_TRIAL = "best_trial"  # its number
+
+
 class ConfigMetric:
     """MLflow metrics of a configuration's run (hydra.sweeper.seeds > 1), beside its seeds'."""
 

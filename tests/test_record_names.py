@@ -28,7 +28,11 @@ def _constants(namespace: object) -> list[str]:
 
 def record_names() -> set[str]:
     logged = {v for v in _constants(metrics) if "/" in v or v.startswith("kl_")}
-    recorded = {v for v in _constants(records.Tag) + _constants(records.ConfigMetric)}
+    recorded = {
+        *_constants(records.Tag),
+        *_constants(records.ConfigMetric),
+        *_constants(records.StudyMetric),
+    }
     recorded |= {v for v in _constants(records.TrialAttr) if "_" in v}
     return logged | recorded
 

@@ -24,6 +24,7 @@ from analysis.records import (
     ConfigMetric,
     Role,
     State,
+    StudyMetric,
     Tag,
     TrialAttr,
     absolute_url,
@@ -135,8 +136,8 @@ def finish_parent_run(
     writes = []
     if best is not None:
         writes += [
-            lambda: client.log_metric(run_id, "best_value", best.value),
-            lambda: client.log_metric(run_id, "best_trial", best.number),
+            lambda: client.log_metric(run_id, StudyMetric.BEST_VALUE, best.value),
+            lambda: client.log_metric(run_id, StudyMetric.BEST_TRIAL, best.number),
             lambda: client.set_tag(run_id, Tag.BEST_PARAMS, json.dumps(best.params)),
         ]
     if verdict:
