@@ -23,6 +23,7 @@ from trainer.base.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+STARTUP_S = 120  # a fresh child imports torch-free modules and the user's: seconds at most
 WINDOW = 16  # a reward whose last WINDOW calls timed out more than half the time stops the run
 OURS, TRL = "ours", "trl"  # fn(problem, completion, finished), or TRL's keyword lists
 
@@ -33,6 +34,7 @@ def serve(conn, entries: dict[str, Any]) -> None:
     from trainer.env.rewards import RewardError, call_reward, raised, resolve
 
     fns = {name: resolve(entry)[1] for name, entry in entries.items()}
+    conn.send(("ready",))  # the time limit counts from here, not from the imports
     while True:
         try:
             style, name, calls = conn.recv()
@@ -74,6 +76,13 @@ class RewardWorker:
         self._process.start()
         child.close()
         self._finalizer = weakref.finalize(self, stop, self._process, self._conn)
+        try:
+            ready = self._conn.poll(STARTUP_S) and self._conn.recv()
+        except EOFError:
+            ready = False
+        if ready != ("ready",):
+            self._kill()
+            raise RuntimeError(f"the reward worker process did not start in {STARTUP_S}s")
 
     def _kill(self) -> None:
         if self._finalizer is not None:
@@ -125,7 +134,7 @@ class RewardWorker:
             )
         if not self.warned:
             self.warned = True
-            text = call[1] if isinstance(call, tuple) else str(call.get("completions", ""))
+            text = call[1] if isinstance(call, tuple) else str(call["completions"][0])
             log.warning(
                 "reward %r took longer than task.reward_timeout=%gs (on completion %r): "
                 "scored 0, counted in reward/timeouts; warned once per run",
