@@ -9,6 +9,7 @@ from conftest import sweep_env
 from mlflow import MlflowClient
 
 from trainer.base import metrics as metrics_names
+from trainer.env.reward_worker import bound
 from trainer.env.rewards import RewardError, RewardSet
 from trainer.env.tasks import Problem
 from trainer.run.train import train
@@ -83,7 +84,7 @@ def test_trl_style_and_our_style_calls_in_the_worker(monkeypatch):
         {"_target_": "user_rewards.hangs_trl", "style": "trl"},
         {"_target_": "user_rewards.broken"},
     ])  # fmt: skip
-    rewards.bound(0.2)
+    bound(rewards, 0.2)
     trl, ours = rewards.fns
     assert trl(prompts=["1+1="], completions=["2", "3"], completion_ids=[[1], [2]]) == [0.0, 0.0]
     with pytest.raises(RewardError, match=r"^reward 'broken' raised KeyError: 'no_such_key'"):

@@ -157,6 +157,19 @@ def stop(process, conn) -> None:
         process.join()
 
 
+def bound(rewards, timeout: float) -> None:
+    """Call a RewardSet's rewards that may hang in a worker process, `timeout` seconds a call."""
+    from trainer.env.rewards import may_hang
+
+    bounded = {name: entry for name, entry in rewards.entries.items() if may_hang(entry)}
+    if timeout <= 0 or not bounded:
+        return
+    rewards.worker = RewardWorker(bounded, timeout)
+    for i, name in enumerate(rewards.names):
+        if name in bounded:
+            rewards.fns[i] = ChildReward(rewards.worker, name, bounded[name])
+
+
 class ChildReward:
     """A reward of the worker's, called as the in-process one was: ours as
     fn(problem, completion, finished), a TRL-style one with TRL's keyword lists; a call

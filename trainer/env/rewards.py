@@ -196,7 +196,7 @@ class RewardSet:
         self.names = [name for name, _ in resolved]
         self.fns = [fn for _, fn in resolved]
         self.entries = dict(zip(self.names, rewards, strict=True))
-        self.worker = None  # a RewardWorker once `bound` gives a timeout
+        self.worker = None  # a RewardWorker once reward_worker.bound gives a timeout
         for name in self.names:
             if name in RESERVED_NAMES or self.names.count(name) > 1:
                 raise ConfigError(
@@ -213,18 +213,6 @@ class RewardSet:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ConfigError(f"task.reward_weights={weights}: each must be a finite number")
         self.weights = [float(w) for w in weights]
-
-    def bound(self, timeout: float) -> None:
-        """Call the rewards that may hang in a worker process, `timeout` seconds a call."""
-        from trainer.env.reward_worker import ChildReward, RewardWorker
-
-        bounded = {name: entry for name, entry in self.entries.items() if may_hang(entry)}
-        if timeout <= 0 or not bounded:
-            return
-        self.worker = RewardWorker(bounded, timeout)
-        for i, name in enumerate(self.names):
-            if name in bounded:
-                self.fns[i] = ChildReward(self.worker, name, bounded[name])
 
     def parts_batch(self, calls: list[tuple]) -> tuple[list[dict[str, float]], int | None]:
         """Each (problem, completion, finished) call's parts, and how many reward calls timed

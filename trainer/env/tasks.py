@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from trainer.base.errors import ConfigError
 from trainer.env.prompts import PROMPT_DEFAULTS, Prompt, check_messages, is_prompt, prompt_settings
+from trainer.env.reward_worker import bound
 from trainer.env.rewards import RewardSet, check_timeout, exact_match_reward, parse_number
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def make_task(task_cfg) -> Task:
     # later, not an object to build now.
     task = instantiate(cfg, _recursive_=False, _convert_="all")
     if isinstance(getattr(task, "rewards", None), RewardSet):
-        task.rewards.bound(timeout)
+        bound(task.rewards, timeout)
     return task
 
 
