@@ -56,6 +56,7 @@ ROWS = [
     ({}, ["backend=trl", "+backend.grpo.use_vlm=true"], "error: backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
     ({}, ["backend=trl", "task.rewards=[{_target_:no.such.fn,style:trl}]"], "error: task.rewards: cannot import _target_='no.such.fn' (ModuleNotFoundError: No module named 'no')"),
     ({}, ["backend=trl", "backend.processes=0"], "error: backend.processes=0: must be >= 1"),
+    ({}, ["task.reward_timeout=-1"], "error: task.reward_timeout=-1: must be a number of seconds >= 0 (0: no limit)"),
 ]  # fmt: skip
 
 

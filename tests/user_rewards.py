@@ -11,3 +11,37 @@ def broken(problem, completion: str, finished: bool) -> float:
 
 def not_a_number(problem, completion: str, finished: bool):
     return "yes"
+
+
+def exact(problem, completion: str, finished: bool) -> float:
+    """exact_match as a user's own function: scored in the reward worker process."""
+    return float(finished and completion.strip() == problem.answer.strip())
+
+
+def hangs_twice(problem, completion: str, finished: bool) -> float:
+    """exact, but calls HANG_AT (e.g. "5,9"; counted in ./reward_calls) never return."""
+    import os
+    import time
+    from pathlib import Path
+
+    counter = Path("reward_calls")
+    calls = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(calls))
+    if str(calls) in os.environ.get("HANG_AT", "").split(","):
+        time.sleep(3600)
+    return exact(problem, completion, finished)
+
+
+def hangs(problem, completion: str, finished: bool) -> float:
+    import time
+
+    time.sleep(3600)
+    return 0.0
+
+
+def hangs_trl(completions, **_) -> list[float]:
+    """A TRL-style reward that never returns."""
+    import time
+
+    time.sleep(3600)
+    return [0.0] * len(completions)

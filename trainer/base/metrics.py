@@ -8,6 +8,7 @@ import math
 
 REWARD = "reward/mean"  # mean reward of the step's rollouts
 REWARD_STD = "reward/std"
+REWARD_TIMEOUTS = "reward/timeouts"  # reward calls past task.reward_timeout, each scored 0
 KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"  # sampler vs learner, mean(d)
 KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"  # sampler vs learner, 0.5 mean(d^2)
 KL_PRE_POST_V1 = "kl_pre_post_v1"  # sampler vs the learner after the step's updates

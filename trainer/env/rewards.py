@@ -17,6 +17,9 @@ when the completion ended with end-of-sequence. Built in (`REWARDS`):
 A user's own function is a `{_target_: module.function}` entry. `RewardSet` holds the chosen
 ones with their weights; the total is the weighted sum, and each reward is logged beside it
 as `reward/<name>` (trainer/base/metrics.py).
+
+The rewards that can hang (a user's, math_verify) are bounded by `task.reward_timeout` seconds a
+call (trainer/env/reward_worker.py); the built-in regex ones run in process: they cannot hang.
 """
 
 from __future__ import annotations
@@ -129,7 +132,24 @@ REWARDS: dict[str, RewardFn] = {
     "math_verify": math_verify_reward,
     "format": format_reward,
 }
-RESERVED_NAMES = ("mean", "std", "stderr")  # reward/mean etc. are the total's metrics
+RESERVED_NAMES = ("mean", "std", "stderr", "timeouts")  # reward/mean etc. are taken
+DEFAULT_TIMEOUT = 5.0  # task.reward_timeout when a task config leaves it out
+
+
+def check_timeout(value: Any) -> float:
+    """task.reward_timeout as seconds (0: no limit), or a one-line ConfigError."""
+    if value is None:
+        return DEFAULT_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(
+            f"task.reward_timeout={value!r}: must be a number of seconds >= 0 (0: no limit)"
+        )
+    return float(value)
+
+
+def may_hang(entry: Any) -> bool:
+    """A user's function or math_verify: bounded by the timeout in a worker process."""
+    return entry == "math_verify" or isinstance(entry, Mapping)
 
 
 def resolve(entry: Any) -> tuple[str, RewardFn]:
@@ -175,6 +195,8 @@ class RewardSet:
         resolved = [resolve(entry) for entry in rewards]
         self.names = [name for name, _ in resolved]
         self.fns = [fn for _, fn in resolved]
+        self.entries = dict(zip(self.names, rewards, strict=True))
+        self.worker = None  # a RewardWorker once reward_worker.bound gives a timeout
         for name in self.names:
             if name in RESERVED_NAMES or self.names.count(name) > 1:
                 raise ConfigError(
@@ -191,6 +213,22 @@ class RewardSet:
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
                 raise ConfigError(f"task.reward_weights={weights}: each must be a finite number")
         self.weights = [float(w) for w in weights]
+
+    def parts_batch(self, calls: list[tuple]) -> tuple[list[dict[str, float]], int | None]:
+        """Each (problem, completion, finished) call's parts, and how many reward calls timed
+        out (None without a worker: no limit). A worker's rewards go over in one batch."""
+        if self.worker is None:
+            return [self.parts(*call) for call in calls], None
+        columns, timeouts = {}, 0
+        for name, fn in zip(self.names, self.fns, strict=True):
+            if hasattr(fn, "batch"):
+                columns[name], timed_out = fn.batch(calls)
+                timeouts += timed_out
+            else:
+                columns[name] = [call_reward(name, fn, *call) for call in calls]
+        return [{name: columns[name][i] for name in self.names} for i in range(len(calls))], (
+            timeouts
+        )
 
     def parts(self, problem, completion: str, finished: bool) -> dict[str, float]:
         """Each reward's score, by name; a reward that raises or returns a non-number
@@ -235,7 +273,7 @@ def call_reward(name: str, fn: RewardFn, problem, completion: str, finished: boo
     raises, or returns something other than a finite number)."""
     try:
         value = fn(problem, completion, finished)
-    except ConfigError:
+    except (ConfigError, RewardError):  # RewardError: already named (a worker's reply)
         raise
     except Exception as e:
         raise RewardError(raised(name, e, completion)) from e
@@ -257,6 +295,16 @@ def score(task, problem, completion: str, finished: bool) -> tuple[float, dict[s
     except Exception as e:
         raise RewardError(raised(name, e, completion)) from e
     return check_number(name, value, completion), {}
+
+
+def score_batch(task, calls: list[tuple]) -> tuple[list[tuple[float, dict]], int | None]:
+    """`score` of each (problem, completion, finished) call, and how many reward calls timed
+    out (None: the task's rewards have no time limit)."""
+    rewards = getattr(task, "rewards", None)
+    if not isinstance(rewards, RewardSet):
+        return [score(task, *call) for call in calls], None
+    parts, timeouts = rewards.parts_batch(calls)
+    return [(rewards.total(p), p) for p in parts], timeouts
 
 
 def reward_part_means(rollouts) -> dict[str, float]:

@@ -20,12 +20,14 @@ from typing import Any, Protocol
 
 from trainer.base.errors import ConfigError
 from trainer.env.prompts import PROMPT_DEFAULTS, Prompt, check_messages, is_prompt, prompt_settings
-from trainer.env.rewards import RewardSet, exact_match_reward, parse_number
+from trainer.env.reward_worker import bound
+from trainer.env.rewards import RewardSet, check_timeout, exact_match_reward, parse_number
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Problem", "Task", "exact_match_reward", "make_task"]
 
+REWARD_TIMEOUT = "reward_timeout"  # seconds a reward call may take; the task class never sees it
 AUTO = "auto"  # task.rewards for a data file: chosen from its answers (`default_rewards`)
 
 
@@ -63,7 +65,8 @@ def current_target(target: str) -> str:
 
 def make_task(task_cfg) -> Task:
     """The configured task (Hydra `_target_`), the prompt rendering keys (PROMPT_DEFAULTS)
-    left out: the sampler reads those."""
+    left out: the sampler reads those. Its RewardSet's rewards that may hang are bounded by
+    task.reward_timeout."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf, open_dict
 
@@ -75,11 +78,15 @@ def make_task(task_cfg) -> Task:
     with open_dict(cfg):
         for key in PROMPT_DEFAULTS:
             cfg.pop(key, None)
+        timeout = check_timeout(cfg.pop(REWARD_TIMEOUT, None))
         if isinstance(cfg.get("_target_"), str):
             cfg._target_ = current_target(cfg._target_)
     # Not recursive: a `{_target_: ...}` entry of task.rewards names a reward function to call
     # later, not an object to build now.
-    return instantiate(cfg, _recursive_=False, _convert_="all")
+    task = instantiate(cfg, _recursive_=False, _convert_="all")
+    if isinstance(getattr(task, "rewards", None), RewardSet):
+        bound(task.rewards, timeout)
+    return task
 
 
 def split_once(problems: list[Problem], eval_size: int, seed: int) -> tuple[list, list]:

@@ -218,6 +218,7 @@ def _one(groups: Groups, i: int) -> Groups:
         groups.rewards_PG[i : i + 1],
         [groups.versions_P[i]],
         groups.sample_s / len(groups),
+        groups.reward_timeouts if i == 0 else groups.reward_timeouts and 0,  # counted once
     )
 
 

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from trainer.base import metrics as metrics_names
-from trainer.env.rewards import reward_part_means, score
+from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task
 from trainer.model import micro_batches
 from trainer.model.policy import Policy, TokenBatch, collate, token_logprobs
@@ -52,6 +52,7 @@ class Groups:
     rewards_PG: torch.Tensor
     versions_P: list[int]  # the policy version (step) whose weights sampled each group
     sample_s: float  # seconds spent sampling and scoring them
+    reward_timeouts: int | None = None  # reward calls past task.reward_timeout (None: no limit)
 
     def __len__(self) -> int:
         return len(self.problems_P)
@@ -64,6 +65,7 @@ class Groups:
             torch.cat([g.rewards_PG for g in parts]),
             [v for g in parts for v in g.versions_P],
             sum(g.sample_s for g in parts),
+            None if parts[0].reward_timeouts is None else sum(g.reward_timeouts for g in parts),
         )
 
 
@@ -80,14 +82,17 @@ def sample_groups(
     group_size = cfg.group_size  # read once: each DictConfig lookup costs tens of microseconds
     prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
     rollouts_N = sampler.sample(prompts_N, settings)
+    calls = [(problems_P[i // group_size], r.text, r.finished) for i, r in enumerate(rollouts_N)]
+    scored, timeouts = score_batch(task, calls)
     rewards_N = []
-    for i, r in enumerate(rollouts_N):  # each reward's own score rides on its rollout
-        reward, r.reward_parts = score(task, problems_P[i // group_size], r.text, r.finished)
+    for r, (reward, parts) in zip(rollouts_N, scored, strict=True):
+        r.reward_parts = parts  # each reward's own score rides on its rollout
         rewards_N.append(reward)
     rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
     require_finite("reward", rewards_PG)
     elapsed = time.perf_counter() - started
-    return Groups(problems_P, rollouts_N, rewards_PG, [version] * len(problems_P), elapsed)
+    versions = [version] * len(problems_P)
+    return Groups(problems_P, rollouts_N, rewards_PG, versions, elapsed, timeouts)
 
 
 @dataclass
@@ -188,7 +193,9 @@ def reference_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 def group_metrics(groups: Groups) -> dict[str, float]:
+    timeouts = groups.reward_timeouts
     return {
+        **({} if timeouts is None else {metrics_names.REWARD_TIMEOUTS: float(timeouts)}),
         metrics_names.REWARD: groups.rewards_PG.mean().item(),
         metrics_names.REWARD_STD: groups.rewards_PG.std().item(),
         **rl_math.group_outcome_fractions(groups.rewards_PG),

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from trainer.base import metrics as metrics_names
 from trainer.base.progress import progress
-from trainer.env.rewards import score
+from trainer.env.rewards import score_batch
 from trainer.env.tasks import Task, make_task
 from trainer.rl import rl_math
 from trainer.rl.health import HealthMonitor, default_rules
@@ -164,16 +164,17 @@ def evaluate(
         torch.manual_seed(cfg.seed)
         rollouts = sampler.sample(prompts, settings)
     k = cfg.eval_samples
-    scored = [score(task, problems[i // k], r.text, r.finished) for i, r in enumerate(rollouts)]
+    scored = score_batch(
+        task, [(problems[i // k], r.text, r.finished) for i, r in enumerate(rollouts)]
+    )[0]
     rewards = [total for total, _ in scored]
     per_problem = {
         metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
     }
     if cfg.eval_greedy:
         greedy = sampler.sample([p.prompt for p in problems], replace(settings, greedy=True))
-        per_problem[metrics_names.EVAL_GREEDY] = [
-            score(task, p, r.text, r.finished)[0] for p, r in zip(problems, greedy, strict=True)
-        ]
+        calls = [(p, r.text, r.finished) for p, r in zip(problems, greedy, strict=True)]
+        per_problem[metrics_names.EVAL_GREEDY] = [total for total, _ in score_batch(task, calls)[0]]
     metrics: dict[str, float] = {
         metrics_names.EVAL_TRUNCATED: sum(not r.finished for r in rollouts) / len(rollouts)
     }

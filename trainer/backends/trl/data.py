@@ -28,7 +28,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from trainer.backends.trl.mapping import STYLE_TRL
 from trainer.env.prompts import PromptRenderer, prompt_key
-from trainer.env.rewards import RewardError, RewardSet, call_reward, check_number, raised, score
+from trainer.env.rewards import (
+    RewardError,
+    RewardSet,
+    call_reward,
+    check_number,
+    raised,
+    score_batch,
+)
 from trainer.env.tasks import Problem, Task, read_split
 
 PROBLEM_INDEX = "problem_index"  # the dataset column that names a row's Problem
@@ -107,16 +114,17 @@ def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[
     """One of our rewards as TRL's batched reward function; fn None: the task's own reward."""
 
     def reward(prompts, completions, completion_ids, **columns) -> list[float]:
-        scores = []
-        for text, ids, index in zip(
-            completions, completion_ids, columns[PROBLEM_INDEX], strict=True
-        ):
-            problem, finished = problems[index], bool(ids) and ids[-1] in eos_ids
-            if fn is None:
-                scores.append(score(task, problem, text, finished)[0])
-            else:
-                scores.append(call_reward(name, fn, problem, text, finished))
-        return scores
+        calls = [
+            (problems[index], text, bool(ids) and ids[-1] in eos_ids)
+            for text, ids, index in zip(
+                completions, completion_ids, columns[PROBLEM_INDEX], strict=True
+            )
+        ]
+        if fn is None:
+            return [total for total, _ in score_batch(task, calls)[0]]
+        if hasattr(fn, "batch"):  # a reward in the worker process: one batch, time-limited
+            return fn.batch(calls)[0]
+        return [call_reward(name, fn, *call) for call in calls]
 
     reward.__name__ = name  # TRL logs rewards/<__name__>/mean
     return reward
@@ -135,6 +143,8 @@ def _checked_trl(name: str, fn):
                     **columns,
                 )
             )
+        except RewardError:  # named already (by the worker process)
+            raise
         except Exception as e:
             raise RewardError(raised(name, e, str(completions[0]))) from e
         for value, text in zip(values, completions, strict=False):
