@@ -3,7 +3,7 @@
 A figure's threshold line, its label and its title come from the rules the sweep stored
 (StudyAttr.HEALTH_RULES, read back through trainer.rl.health.rules_from_settings as the job
 reads them), never from kl_threshold alone: the post-update KL rule's bound is a multiple of it
-and holds only while the training reward is not rising. A pruning rule is a dashed red line, a
+and holds only while the training reward is not rising. A pruning rule is a dashed black line (as its prune points), a
 warning rule a dotted orange one; a rule turned off (`hydra.sweeper.health=[]`) draws nothing.
 Only threshold checks (above, below) have a line: the relative ones (below_baseline, ratio_*)
 have a bound per trial, not one for the figure.
@@ -28,7 +28,7 @@ from trainer.rl.health import Action, Check, Guard, HealthRule, rules_from_setti
 
 THRESHOLD_CHECKS = (Check.above, Check.below)
 RULE_STYLE = {
-    Action.prune: {"color": "tab:red", "linestyle": "--", "linewidth": 1.6},
+    Action.prune: {"color": "black", "linestyle": "--", "linewidth": 1.4},
     Action.warn: {"color": "tab:orange", "linestyle": ":", "linewidth": 1.6},
 }
 
@@ -206,7 +206,7 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
     meaning = KL_MEANING.get(data.kl_metric, "")
     ax.set(
         title=f"Reward vs KL across trials — study {data.name}",
-        xlabel=f"last {data.kl_metric}: {meaning} (nats per token)",
+        xlabel=f"last {data.kl_metric} (nats per token)\n{meaning}",
         ylabel=f"{data.objective} (pruned: last eval)",
     )
     ax.grid(alpha=0.3, which="both")

@@ -12,6 +12,9 @@ from analysis.load import TrialRecord  # noqa: E402
 
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
 BEST_COLOR = "tab:red"
+# Every other trial's colour, by its number: the same in every figure, never the best's red.
+TRIAL_COLORS = [f"tab:{c}" for c in ("blue", "orange", "green", "purple", "brown", "pink")]
+TRIAL_COLORS += [f"tab:{c}" for c in ("gray", "olive", "cyan")]
 SEEDS_ALPHA, STDERR_ALPHA = 0.12, 0.3
 STDERR_GID = "eval-stderr-band"  # the stderr bands' matplotlib gid: found again by tests
 STATE_MARKERS = {"complete": "o", "pruned": "X", "failed": "s", "running": "^", "waiting": "."}
@@ -26,7 +29,7 @@ def label(t: TrialRecord, best: TrialRecord | None, many: bool) -> str | None:
 def style(t: TrialRecord, best: TrialRecord | None) -> dict:
     if best is not None and t.number == best.number:
         return {"color": BEST_COLOR, "linewidth": 2.5, "alpha": 1.0, "zorder": 3}
-    return {"linewidth": 1.0, "alpha": 0.6}
+    return {"color": TRIAL_COLORS[t.number % len(TRIAL_COLORS)], "linewidth": 1.0, "alpha": 0.6}
 
 
 def legend(ax, keys: list[Patch] = ()) -> None:
