@@ -38,9 +38,11 @@ from trainer.base.metrics import (
     GROUPS_ALL_BAD,
     GROUPS_ALL_GOOD,
     GROUPS_MIXED,
+    KL_MEANING,
     KL_PRE_POST_V2,
     KL_SAMPLE_TRAIN_V2,
     REWARD,
+    stderr_of,
 )
 from trainer.run.database import DatabaseUnreachable, retried, scheme, shown_url
 
@@ -51,6 +53,11 @@ KL_METRICS = (KL_PRE_POST_V2, KL_SAMPLE_TRAIN_V2)
 GROUP_METRICS = (GROUPS_MIXED, GROUPS_ALL_GOOD, GROUPS_ALL_BAD)
 
 History = list[tuple[int, float]]  # (step, value), sorted by step
+
+
+def watched_metrics(attrs: dict[str, Any]) -> list[str]:
+    """The metrics the study's stored health rules read."""
+    return [r.get("metric") for r in attrs.get(StudyAttr.HEALTH_RULES) or []]
 
 
 class AnalysisError(Exception):
@@ -98,8 +105,8 @@ class StudyData:
     @property
     def kl_metric(self) -> str:
         """The KL the report plots: the first one a health rule watches."""
-        watched = [r.get("metric") for r in self.attrs.get(StudyAttr.HEALTH_RULES) or []]
-        return next((m for m in KL_METRICS if m in watched), KL_METRICS[0])
+        watched = [m for m in watched_metrics(self.attrs) if m in KL_MEANING]
+        return next((m for m in (*KL_METRICS, *watched) if m in watched), KL_METRICS[0])
 
     @property
     def kl_threshold(self) -> float | None:
@@ -232,7 +239,9 @@ def _distributions(trials: list[FrozenTrial]) -> dict[str, Any]:
 
 
 def history_metrics(data: StudyData) -> list[str]:
-    wanted = [REWARD, EVAL_REWARD, data.objective, *KL_METRICS, ENTROPY, *GROUP_METRICS]
+    wanted = [REWARD, EVAL_REWARD, stderr_of(EVAL_REWARD), data.objective, *KL_METRICS]
+    wanted += [m for m in watched_metrics(data.attrs) if m in KL_MEANING]
+    wanted += [ENTROPY, *GROUP_METRICS]
     return list(dict.fromkeys(wanted))
 
 

@@ -21,40 +21,49 @@ import optuna  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from analysis import plot_style as ps  # noqa: E402
+from analysis.kl_plots import kl_curves, pareto_front, reward_vs_kl  # noqa: E402
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
-from analysis.records import StudyAttr
+from analysis.records import StudyAttr  # noqa: E402
 from analysis.verdict import study_verdict  # noqa: E402
+from trainer.base.metrics import LR, stderr_of  # noqa: E402
+
+__all__ = ["FIGURES", "draw_all", "pareto_front"]  # pareto_front: tested on its own
 
 MIN_TRIALS_FOR_IMPORTANCE = 5  # fANOVA on fewer completed trials ranks noise
-LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
-BEST_COLOR = "tab:red"
-STATE_MARKERS = {"complete": "o", "pruned": "X", "failed": "s", "running": "^", "waiting": "."}
 
 Plot = Callable[[StudyData], "Figure | str"]
-
-
-def _label(t: TrialRecord, best: TrialRecord | None, many: bool) -> str | None:
-    if best is not None and t.number == best.number:
-        return f"best: t{t.number}"
-    return None if many else f"t{t.number} ({t.state})"
-
-
-def _style(t: TrialRecord, best: TrialRecord | None) -> dict:
-    if best is not None and t.number == best.number:
-        return {"color": BEST_COLOR, "linewidth": 2.5, "alpha": 1.0, "zorder": 3}
-    return {"linewidth": 1.0, "alpha": 0.6}
 
 
 def seed_band(
     t: TrialRecord, metric: str
 ) -> tuple[list[int], list[float], list[float], list[float]]:
     """Per step: the mean over the trial's seeds, and their min and max (one seed: itself)."""
-    runs = [dict(h.get(metric) or []) for h in t.seed_histories.values()] or [
-        dict(t.histories.get(metric) or [])
-    ]
+    runs = _seed_runs(t, metric)
     steps = sorted(set().union(*runs))
     at = [[run[s] for run in runs if s in run] for s in steps]
     return steps, [sum(v) / len(v) for v in at], [min(v) for v in at], [max(v) for v in at]
+
+
+def stderr_band(t: TrialRecord, metric: str) -> tuple[list[int], list[float], list[float]]:
+    """Per step where every seed logged `metric` and its standard error (`stderr_of`): the
+    mean over seeds and that mean's standard error (mean_stderr)."""
+    means, errors = _seed_runs(t, metric), _seed_runs(t, stderr_of(metric))
+    steps = sorted(set.intersection(*(set(m) & set(e) for m, e in zip(means, errors, strict=True))))
+    mean = [sum(run[s] for run in means) / len(means) for s in steps]
+    return steps, mean, [mean_stderr([run[s] for run in errors]) for s in steps]
+
+
+def mean_stderr(stderrs: list[float]) -> float:
+    """The standard error of the mean of independent means, from each one's standard error:
+    sqrt(sum of their squares) / their count."""
+    return math.sqrt(sum(e * e for e in stderrs)) / len(stderrs)
+
+
+def _seed_runs(t: TrialRecord, metric: str) -> list[dict[int, float]]:
+    return [dict(h.get(metric) or []) for h in t.seed_histories.values()] or [
+        dict(t.histories.get(metric) or [])
+    ]
 
 
 def config_intervals(data: StudyData) -> Figure | str:
@@ -66,7 +75,7 @@ def config_intervals(data: StudyData) -> Figure | str:
     for x, s in enumerate(ranked):
         i = s.interval
         err = [[i.estimate - i.low], [i.high - i.estimate]] if i.known else None
-        color = BEST_COLOR if x == 0 else "tab:blue"
+        color = ps.BEST_COLOR if x == 0 else "tab:blue"
         ax.errorbar([x], [i.estimate], yerr=err, fmt="o", color=color, capsize=5)
     ax.set_xticks(range(len(ranked)), [s.label for s in ranked])
     methods = sorted({s.interval.method for s in ranked})
@@ -82,13 +91,14 @@ def config_intervals(data: StudyData) -> Figure | str:
 
 def reward_curves(data: StudyData) -> Figure | str:
     """Training reward/mean and eval/reward/mean of every trial (the mean over its seeds, with
-    their spread as a band), the best one in red."""
+    their spread as a band; the eval's standard error over problems as a second band), the
+    best one in red."""
     with_curves = [
         t for t in data.trials if t.histories.get(REWARD) or t.histories.get(EVAL_REWARD)
     ]
     if not with_curves:
         return "No reward histories in MLflow for any trial."
-    best, many = data.best(), len(with_curves) > LABELLED_TRIALS
+    best, many = data.best(), len(with_curves) > ps.LABELLED_TRIALS
     # Separate y scales: held-out reward moves in a narrower band than per-step training reward.
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, metric, title in (
@@ -104,71 +114,35 @@ def reward_curves(data: StudyData) -> Figure | str:
                     mean,
                     marker=marker,
                     markersize=3,
-                    label=_label(t, best, many),
-                    **_style(t, best),
+                    label=ps.label(t, best, many),
+                    **ps.style(t, best),
                 )
+                color = line[0].get_color()
                 if len(t.seed_histories) > 1:  # the seeds' spread as a band around their mean
-                    ax.fill_between(steps, low, high, color=line[0].get_color(), alpha=0.15)
+                    ax.fill_between(steps, low, high, color=color, alpha=ps.SEEDS_ALPHA, lw=0)
+                if metric == EVAL_REWARD:  # the eval's noise over problems: +-1 stderr
+                    at, mean, err = stderr_band(t, metric)
+                    ax.fill_between(
+                        at,
+                        [m - e for m, e in zip(mean, err, strict=True)],
+                        [m + e for m, e in zip(mean, err, strict=True)],
+                        color=color,
+                        alpha=ps.STDERR_ALPHA,
+                        lw=0,
+                        gid=ps.STDERR_GID,
+                    )
         ax.set(title=title, xlabel="training step", ylabel=f"{metric} (reward per rollout)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    _legend(axes[1])
+    ps.legend(axes[1], ps.band_keys(with_curves))
     fig.suptitle(f"Reward curves — study {data.name}")
     fig.tight_layout()
     return fig
 
 
-def kl_curves(data: StudyData) -> Figure | str:
-    """The pruning KL metric per trial, the threshold line and where trials were pruned."""
-    metric = data.kl_metric
-    with_curves = [t for t in data.trials if t.histories.get(metric)]
-    if not with_curves:
-        return f"No {metric} histories in MLflow for any trial."
-    best, many = data.best(), len(with_curves) > LABELLED_TRIALS
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    values_all = [v for t in with_curves for _, v in t.histories[metric]]
-    for t in with_curves:
-        steps, values = zip(*t.histories[metric], strict=True)
-        ax.plot(steps, values, label=_label(t, best, many), **_style(t, best))
-    pruned = [
-        t.prune_reason
-        for t in data.trials
-        if t.prune_reason and t.prune_reason.get("metric") == metric
-    ]
-    if pruned:
-        ax.scatter(
-            [r["step"] for r in pruned],
-            [r["value"] for r in pruned],
-            marker="X",
-            s=80,
-            color="black",
-            zorder=4,
-            label="pruned here",
-        )
-    if data.kl_threshold is not None:
-        ax.axhline(
-            data.kl_threshold,
-            color="tab:red",
-            linestyle="--",
-            label=f"prune threshold {data.kl_threshold:g}",
-        )
-        values_all.append(data.kl_threshold)
-    if all(v > 0 for v in values_all if math.isfinite(v)):
-        ax.set_yscale("log")
-    ax.set(
-        title=f"Sampler-vs-learner KL ({metric}) — study {data.name}",
-        xlabel="training step",
-        ylabel=f"{metric} (nats per token)",
-    )
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax)
-    fig.tight_layout()
-    return fig
-
-
 def objective_vs_params(data: StudyData) -> Figure | str:
-    """The objective against each swept hyperparameter; pruned trials at their last eval."""
+    """The objective against each swept hyperparameter (+-1 eval stderr on a one-seed trial's
+    value); pruned trials at their last eval; lr and log-declared parameters on a log axis."""
     names = data.param_names
     points = [t for t in data.trials if t.value is not None or t.last_eval is not None]
     if not names or not points:
@@ -176,7 +150,7 @@ def objective_vs_params(data: StudyData) -> Figure | str:
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False)
-    log_params = set(data.attrs.get(StudyAttr.LOG_PARAMS) or [])
+    log_params = log_scaled(data)
     best = data.best()
     for ax, name in zip(axes.flat, names, strict=False):
         _param_panel(ax, data, name, points, best, name in log_params)
@@ -187,18 +161,39 @@ def objective_vs_params(data: StudyData) -> Figure | str:
     return fig
 
 
+def log_scaled(data: StudyData) -> set[str]:
+    """The swept parameters drawn on a log axis: those the search space declared log, and lr
+    (the learning rate, its setting named as its metric), which a grid lists in decades."""
+    declared = set(data.attrs.get(StudyAttr.LOG_PARAMS) or [])
+    declared |= {n for n, d in data.distributions.items() if getattr(d, "log", False)}
+    return declared | {LR}
+
+
 def _param_panel(ax, data: StudyData, name: str, points, best, log: bool) -> None:
     values = [t.params.get(name) for t in points]
     categorical = any(isinstance(v, str | bool) for v in values if v is not None)
     order = sorted({str(v) for v in values if v is not None}) if categorical else None
-    for state, marker in STATE_MARKERS.items():
+    for state, marker in ps.STATE_MARKERS.items():
         sel = [t for t in points if t.state == state and name in t.params]
         if not sel:
             continue
         xs = [order.index(str(t.params[name])) if categorical else t.params[name] for t in sel]
         ys = [t.value if t.value is not None else t.last_eval for t in sel]
         label = state if state == "complete" else f"{state} (last eval)"
-        ax.scatter(xs, ys, marker=marker, alpha=0.75, label=label)
+        dots = ax.scatter(xs, ys, marker=marker, alpha=0.75, label=label)
+        # One seed's objective carries its eval stderr; seeds > 1: the verdict figure's CIs.
+        err = [t.stderr if t.value is not None and len(t.replicates) <= 1 else None for t in sel]
+        if any(e is not None for e in err):
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=[e or 0.0 for e in err],
+                fmt="none",
+                ecolor=dots.get_facecolor()[0],
+                alpha=0.6,
+                capsize=3,
+                gid=ps.STDERR_GID,
+            )
     if best is not None and name in best.params:
         x = order.index(str(best.params[name])) if categorical else best.params[name]
         ax.scatter(
@@ -206,17 +201,18 @@ def _param_panel(ax, data: StudyData, name: str, points, best, log: bool) -> Non
             [best.value],
             s=160,
             facecolors="none",
-            edgecolors=BEST_COLOR,
+            edgecolors=ps.BEST_COLOR,
             linewidths=2,
             label=f"best t{best.number}",
             zorder=4,
         )
     if categorical:
         ax.set_xticks(range(len(order)), order)
-    elif log:
+    log = log and not categorical and all(v > 0 for v in values if v is not None)
+    if log:
         ax.set_xscale("log")
     ax.set(
-        xlabel=name + (" (log scale)" if log and not categorical else ""),
+        xlabel=name + (" (log scale)" if log else ""),
         ylabel=data.objective,
         title=name,
     )
@@ -255,85 +251,6 @@ def importance(data: StudyData) -> Figure | str:
     return fig
 
 
-def pareto_front(points: list[tuple[float, float, int]], maximize: bool) -> list[int]:
-    """Trials no other beats on both reward (higher, or lower when minimizing) and KL (lower).
-
-    points: (kl, reward, trial number). Returns the front's trial numbers by KL.
-    """
-    sign = 1 if maximize else -1
-    front = []
-    for kl, reward, number in points:
-        dominated = any(
-            k <= kl and sign * r >= sign * reward and (k < kl or sign * r > sign * reward)
-            for k, r, _ in points
-        )
-        if not dominated:
-            front.append((kl, number))
-    return [n for _, n in sorted(front)]
-
-
-def _draw_front(front: list[tuple[float, float, int]], ax) -> None:
-    """The Pareto front as a red line through circled points, each labelled t<number>."""
-    front = sorted(front)
-    ax.plot(
-        [kl for kl, _, _ in front],
-        [r for _, r, _ in front],
-        color=BEST_COLOR,
-        marker="o",
-        markersize=9,
-        markerfacecolor="none",
-        linewidth=1.5,
-        label="Pareto front (high reward, low KL)",
-    )
-    for kl, r, n in front:
-        ax.annotate(f"t{n}", (kl, r), textcoords="offset points", xytext=(5, 5), fontsize=8)
-
-
-def reward_vs_kl(data: StudyData) -> Figure | str:
-    """Each trial's final KL against its reward; the Pareto front of high reward, low KL."""
-    sel = [
-        t
-        for t in data.trials
-        if t.final_kl is not None and (t.value if t.value is not None else t.last_eval) is not None
-    ]
-    if not sel:
-        return "No trial has both a final KL and a reward yet."
-    reward = {t.number: t.value if t.value is not None else t.last_eval for t in sel}
-    # Failed trials are shown but never on the front: their numbers are not a result.
-    points = [(t.final_kl, reward[t.number], t.number) for t in sel if t.state != "failed"]
-    front = pareto_front(points, data.direction == "maximize")
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    for state, marker in STATE_MARKERS.items():
-        group = [t for t in sel if t.state == state]
-        if group:
-            ax.scatter(
-                [t.final_kl for t in group],
-                [reward[t.number] for t in group],
-                marker=marker,
-                alpha=0.7,
-                label=state,
-            )
-    _draw_front([(by_kl, reward[n], n) for by_kl, _, n in points if n in front], ax)
-    if data.kl_threshold is not None:
-        ax.axvline(
-            data.kl_threshold,
-            color="tab:red",
-            linestyle="--",
-            label=f"prune threshold {data.kl_threshold:g}",
-        )
-    if all(t.final_kl > 0 for t in sel):
-        ax.set_xscale("log")
-    ax.set(
-        title=f"Reward vs KL across trials — study {data.name}",
-        xlabel=f"final {data.kl_metric} (nats per token)",
-        ylabel=f"{data.objective} (pruned: last eval)",
-    )
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax)
-    fig.tight_layout()
-    return fig
-
-
 FIGURES: dict[str, tuple[str, Plot]] = {
     "verdict": ("Which configurations are better: means with 95% CIs", config_intervals),
     "reward_curves": ("Reward curves", reward_curves),
@@ -358,9 +275,3 @@ def draw_all(data: StudyData, out_dir: Path) -> dict[str, Path | str]:
         plt.close(fig)
         results[name] = path
     return results
-
-
-def _legend(ax) -> None:
-    handles, _ = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(fontsize=8, loc="best")

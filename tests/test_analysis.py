@@ -21,12 +21,23 @@ from optuna.trial import TrialState
 from analysis import records
 from analysis.__main__ import main
 from analysis.advice import advise
+from analysis.kl_plots import kl_curves, reward_vs_kl
 from analysis.load import load_study
-from analysis.plots import pareto_front
+from analysis.plot_style import STDERR_GID
+from analysis.plots import (
+    mean_stderr,
+    objective_vs_params,
+    pareto_front,
+    reward_curves,
+    stderr_band,
+)
 from analysis.records import Role, StudyAttr, Tag, TrialAttr
+from trainer.base.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
+from trainer.rl.health import default_rules
 
 KL = "kl_sample_train_v2"
 RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}
+EVAL_STDERR = 0.02  # each eval's standard error over problems, as the trainer logs it
 GROUPS = {"groups/frac_mixed": 0.6, "groups/frac_all_good": 0.2, "groups/frac_all_bad": 0.2}
 SPACE = {
     "lr": FloatDistribution(1e-5, 1e-3, log=True),
@@ -37,7 +48,14 @@ SPACE = {
 class Sweep:
     """A study and its MLflow runs, written the way the sweeper and job write them."""
 
-    def __init__(self, root: Path, name: str = "s1", threshold: float = 0.01) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str = "s1",
+        threshold: float = 0.01,
+        rules: list[dict] | None = None,
+        log_params: tuple[str, ...] = ("lr",),
+    ) -> None:
         self.root = root
         self.storage = f"sqlite:///{root / 'sweeps.db'}"
         self.tracking = f"sqlite:///{root / 'mlflow.db'}"
@@ -55,10 +73,10 @@ class Sweep:
         attrs = {
             StudyAttr.OBJECTIVE: "eval/reward/mean",
             StudyAttr.DIRECTION: "maximize",
-            StudyAttr.HEALTH_RULES: [RULE],
+            StudyAttr.HEALTH_RULES: [RULE] if rules is None else rules,
             StudyAttr.KL_THRESHOLD: threshold,
             StudyAttr.SEARCH_SPACE: {"lr": "tag(log, interval(1e-5, 1e-3))", "group_size": "2,4,8"},
-            StudyAttr.LOG_PARAMS: ["lr"],
+            StudyAttr.LOG_PARAMS: list(log_params),
             StudyAttr.FIXED_OVERRIDES: ["max_steps=4"],
             StudyAttr.MLFLOW_TRACKING_URI: self.tracking,
             StudyAttr.MLFLOW_EXPERIMENT: "grpo",
@@ -66,6 +84,7 @@ class Sweep:
         }
         for k, v in attrs.items():
             self.study.set_user_attr(k, v)
+        self.space = dict(SPACE)  # a test may sweep lr as a grid
 
     def add(
         self,
@@ -84,7 +103,7 @@ class Sweep:
         state None leaves it running (the job writes steps_run etc. when it ends).
         """
         self.study.enqueue_trial(params)  # how the sweeper's grid pins a point
-        trial = self.study.ask(fixed_distributions={k: SPACE[k] for k in params})
+        trial = self.study.ask(fixed_distributions={k: self.space[k] for k in params})
         overrides = ["max_steps=4", *(f"{k}={v}" for k, v in params.items())]
         trial.set_user_attr(TrialAttr.OVERRIDES, overrides)
         run_id = self._run(trial, params) if mlflow else None
@@ -94,10 +113,12 @@ class Sweep:
             ev = reward0 + gain * s
             if s in (0, 2, last):
                 metrics.append(Metric("eval/reward/mean", ev, 0, s))
+                metrics.append(Metric(stderr_of(EVAL_REWARD), EVAL_STDERR, 0, s))
                 trial.report(ev, s)
             if s > 0:
                 k = kl * s if prune_at is None else kl * 10**s
                 metrics += [Metric("reward/mean", ev - 0.05, 0, s), Metric(KL, k, 0, s)]
+                metrics.append(Metric(KL_PRE_POST_V2, 3 * k, 0, s))
                 metrics += [Metric(m, v, 0, s) for m, v in GROUPS.items()]
         if run_id:
             self.client.log_batch(run_id, metrics=metrics)
@@ -272,6 +293,99 @@ def test_compare_side_by_side(tmp_path: Path, capsys) -> None:
 def test_pareto_front() -> None:
     points = [(0.001, 0.5, 0), (0.002, 0.7, 1), (0.003, 0.6, 2), (0.0005, 0.2, 3)]
     assert pareto_front(points, maximize=True) == [3, 0, 1]
+
+
+def _rule_lines(ax, vertical: bool = False) -> dict[str, tuple[float, str]]:
+    """The threshold lines a KL panel drew: label -> (bound, linestyle)."""
+    return {
+        line.get_label(): (
+            (line.get_xdata() if vertical else line.get_ydata())[0],
+            line.get_linestyle(),
+        )
+        for line in ax.get_lines()
+        if line.get_label().split(" ")[0] in {"post_update_kl", "sampler_kl", "kl"}
+    }
+
+
+def _default_rules(threshold: float) -> list[dict]:
+    return [rule.as_dict() for rule in default_rules(threshold)]  # as the sweeper stores them
+
+
+def _two_trials(sw: Sweep) -> Sweep:
+    sw.add({"lr": 1e-4, "group_size": 4}, TrialState.COMPLETE)
+    sw.add({"lr": 1e-3, "group_size": 8}, TrialState.PRUNED, kl=0.0005, prune_at=3)
+    return sw
+
+
+def test_kl_figure_draws_the_studys_own_rules(tmp_path: Path) -> None:
+    sw = _two_trials(Sweep(tmp_path / "a", rules=_default_rules(0.01)))
+    fig = kl_curves(load_study(sw.storage))
+    post, sampler = fig.axes
+    assert post.get_title().startswith("post_update_kl: kl_pre_post_v2\npost-update KL")
+    assert sampler.get_title().startswith("sampler_kl: kl_sample_train_v2\nsampler-vs-learner KL")
+    assert _rule_lines(post) == {
+        "post_update_kl prunes above 0.1 for 3 steps in a row, while reward/mean is not rising": (
+            pytest.approx(0.1),
+            "--",
+        )
+    }
+    assert _rule_lines(sampler) == {
+        "sampler_kl prunes above 0.01 for 2 steps in a row": (pytest.approx(0.01), "--")
+    }
+    assert post.get_yscale() == "log"
+    vertical = _rule_lines(
+        reward_vs_kl(load_study(sw.storage)).axes[0], vertical=True
+    )  # x: the post-update KL
+    assert [v for v, _ in vertical.values()] == [pytest.approx(0.1)]
+
+    # kl_threshold=0.02 scales both bounds: the lines move with the rules the sweep stored.
+    moved = _two_trials(Sweep(tmp_path / "b", threshold=0.02, rules=_default_rules(0.02)))
+    post, sampler = kl_curves(load_study(moved.storage)).axes
+    assert [v for v, _ in _rule_lines(post).values()] == [pytest.approx(0.2)]
+    assert list(_rule_lines(sampler)) == ["sampler_kl prunes above 0.02 for 2 steps in a row"]
+
+
+def test_kl_figure_warn_rule_dotted_and_rules_off_draw_nothing(tmp_path: Path) -> None:
+    warn = {"name": "kl", "metric": KL_PRE_POST_V2, "bound": 0.05, "patience": 2, "action": "warn"}
+    sw = _two_trials(Sweep(tmp_path / "w", rules=[warn]))
+    (ax,) = kl_curves(load_study(sw.storage)).axes
+    assert ax.get_title().startswith("kl: kl_pre_post_v2\npost-update KL")
+    assert _rule_lines(ax) == {"kl warns above 0.05 for 2 steps in a row": (0.05, ":")}
+
+    off = _two_trials(Sweep(tmp_path / "off", rules=[]))  # hydra.sweeper.health=[]
+    (ax,) = kl_curves(load_study(off.storage)).axes
+    assert ax.get_title().startswith("kl_pre_post_v2 (no health rule watches it)")
+    assert _rule_lines(ax) == {} and not ax.get_legend_handles_labels()[1].count("pruned here")
+
+
+def test_lr_is_on_a_log_axis(finished: Sweep, tmp_path: Path) -> None:
+    panels = {ax.get_title(): ax for ax in objective_vs_params(load_study(finished.storage)).axes}
+    assert panels["lr"].get_xscale() == "log" and panels["lr"].get_xlabel() == "lr (log scale)"
+    assert panels["group_size"].get_xscale() == "linear"
+
+    grid = Sweep(tmp_path / "grid", log_params=())  # lr=1e-4,1e-3: a grid, not declared log
+    grid.space["lr"] = CategoricalDistribution([1e-4, 1e-3])
+    for lr in (1e-4, 1e-3):
+        grid.add({"lr": lr, "group_size": 4}, TrialState.COMPLETE)
+    (ax,) = [a for a in objective_vs_params(load_study(grid.storage)).axes if a.get_title() == "lr"]
+    assert ax.get_xscale() == "log"
+
+
+def test_eval_curves_have_a_stderr_band(finished: Sweep) -> None:
+    data = load_study(finished.storage)
+    _, evals = reward_curves(data).axes
+    bands = [c for c in evals.collections if c.get_gid() == STDERR_GID]
+    assert len(bands) == 7  # every trial with evals (the failed one logged some too)
+    best = data.trials[4]  # evals at steps 0, 2, 4: 0.3, 0.5, 0.7, each +-0.02
+    ys = bands[4].get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(0.3 - EVAL_STDERR) and max(ys) == pytest.approx(0.7 + 0.02)
+    assert stderr_band(best, EVAL_REWARD) == ([0, 2, 4], pytest.approx([0.3, 0.5, 0.7]), [0.02] * 3)
+    assert "±1 stderr over eval problems" in [t.get_text() for t in evals.get_legend().texts]
+
+
+def test_stderr_of_a_mean_over_seeds() -> None:
+    assert mean_stderr([0.03, 0.04]) == pytest.approx(0.025)  # sqrt(0.0009 + 0.0016) / 2
+    assert mean_stderr([0.02]) == pytest.approx(0.02)
 
 
 CHECK_IMAGES = """<script>

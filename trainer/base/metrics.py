@@ -9,11 +9,21 @@ import math
 REWARD = "reward/mean"  # mean reward of the step's rollouts
 REWARD_STD = "reward/std"
 REWARD_TIMEOUTS = "reward/timeouts"  # reward calls past task.reward_timeout, each scored 0
-KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"  # sampler vs learner, mean(d)
-KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"  # sampler vs learner, 0.5 mean(d^2)
-KL_PRE_POST_V1 = "kl_pre_post_v1"  # sampler vs the learner after the step's updates
+KL_SAMPLE_TRAIN_V1 = "kl_sample_train_v1"
+KL_SAMPLE_TRAIN_V2 = "kl_sample_train_v2"
+KL_PRE_POST_V1 = "kl_pre_post_v1"
 KL_PRE_POST_V2 = "kl_pre_post_v2"
-KL_POLICY_REF = "kl_policy_ref"  # drift from the reference (with a KL penalty)
+KL_POLICY_REF = "kl_policy_ref"  # logged with a KL penalty only
+# What each KL measures (d = logp_sampler - logp_learner on action tokens), for the figures
+# and tables that name one; its keys are the KL metrics.
+KL_MEANING = {
+    KL_SAMPLE_TRAIN_V1: "sampler-vs-learner KL, mean(d)",
+    KL_SAMPLE_TRAIN_V2: "sampler-vs-learner KL, 0.5 mean(d^2)",
+    KL_PRE_POST_V1: "post-update KL (sampler vs the learner after the step's updates), mean(d)",
+    KL_PRE_POST_V2: "post-update KL (sampler vs the learner after the step's updates), "
+    "0.5 mean(d^2)",
+    KL_POLICY_REF: "KL from the reference policy (drift)",
+}
 ENTROPY = "entropy"
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
