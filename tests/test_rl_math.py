@@ -43,7 +43,12 @@ def test_constant_groups_and_outcome_fractions():
     assert rl_math.constant_groups(rewards_PG).tolist() == [True, False, True]
     fractions = rl_math.group_outcome_fractions(rewards_PG)
     assert fractions == pytest.approx(
-        {"groups/frac_mixed": 1 / 3, "groups/frac_all_good": 1 / 3, "groups/frac_all_bad": 1 / 3}
+        {
+            "groups/frac_mixed": 1 / 3,
+            "groups/frac_all_good": 1 / 3,
+            "groups/frac_all_bad": 1 / 3,
+            "groups/frac_zero_advantage": 2 / 3,  # all good + all bad: nothing to learn
+        }
     )
 
 
