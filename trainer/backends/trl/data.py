@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from trainer.backends.trl.mapping import STYLE_TRL
+from trainer.backends.trl.mapping import trl_style_indices
 from trainer.env.prompts import PromptRenderer, prompt_key
 from trainer.env.rewards import (
     RewardError,
@@ -68,18 +68,6 @@ def _messages(prompt: Any) -> Any:
     if isinstance(prompt, str):
         return prompt
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
-
-
-def trl_style_indices(task_cfg: DictConfig) -> list[int]:
-    """Which task.rewards entries are TRL-style (`style: trl`)."""
-    rewards = task_cfg.get("rewards")
-    if not OmegaConf.is_list(rewards):
-        return []
-    return [
-        i
-        for i, entry in enumerate(rewards)
-        if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
-    ]
 
 
 def training_data(

@@ -261,22 +261,22 @@ def _check_batch(cfg: DictConfig) -> None:
         )
 
 
-def _reward_entries(cfg: DictConfig) -> list[Any]:
-    rewards = cfg.task.get("rewards") if isinstance(cfg.task, DictConfig) else None
+def _reward_entries(task_cfg: Any) -> list[Any]:
+    rewards = task_cfg.get("rewards") if isinstance(task_cfg, DictConfig) else None
     return list(rewards) if OmegaConf.is_list(rewards) else []
 
 
-def trl_style_rewards(cfg: DictConfig) -> list[str]:
-    """The `_target_` of each task.rewards entry marked `style: trl`."""
+def trl_style_indices(task_cfg: Any) -> list[int]:
+    """Which task.rewards entries are TRL-style (`style: trl`)."""
     return [
-        str(entry.get("_target_"))
-        for entry in _reward_entries(cfg)
+        i
+        for i, entry in enumerate(_reward_entries(task_cfg))
         if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
     ]
 
 
 def _check_rewards(cfg: DictConfig) -> None:
-    for entry in _reward_entries(cfg):
+    for entry in _reward_entries(cfg.task):
         style = entry.get("style") if OmegaConf.is_dict(entry) else None
         if style not in (None, STYLE_TRL):
             raise ConfigError(f"task.rewards: style={style!r}: must be {STYLE_TRL!r} or left out")
