@@ -11,21 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compose_conf, run_sweep, start_sweep, study_in, sweep_env
+from conftest import compose_conf, needs_trl, run_sweep, start_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, StudyAttr, Tag, TrialAttr
 from trainer.backends import validate
+from trainer.backends.trl import mapping
 from trainer.base.errors import ConfigError
-
-pytest.importorskip("trl", reason="backend=trl needs the trl extra (Python >= 3.11)")
-
-from trainer.backends.trl import mapping  # noqa: E402  (after the skip)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+@needs_trl
 def test_mapping_table_on_hand_computed_numbers():
     cfg = compose_conf(
         "backend=trl", "output_dir=/tmp/x", "loss=dapo", "batch_size=8", "group_size=4", "num_substeps=2",
@@ -67,6 +65,7 @@ def test_the_readme_holds_the_mapping_table():
     assert mapping.markdown_table() in README.read_text()
 
 
+@needs_trl
 def test_the_field_names_read_from_source_are_grpoconfigs():
     import dataclasses
 
@@ -86,7 +85,10 @@ REFUSALS = [
     (["batch_size=3", "group_size=3", "num_substeps=3", "+backend.grpo.gradient_accumulation_steps=2"], "batch_size=3: backend=trl needs batch_size x group_size (9) divisible by"),
     (["+backend.grpo.temperature=0.5"], "backend.grpo.temperature: set from temperature on backend=trl; set that instead"),
     (["+backend.grpo.generation_batch_size=8"], "backend.grpo.generation_batch_size: set from batch_size, group_size"),
-    (["+backend.grpo.use_vlm=true"], "backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
+    (["+backend.grpo.generation_kwargs={max_new_tokens:64}"], "backend.grpo.generation_kwargs.max_new_tokens=64: backend=trl sets it from max_tokens; set that instead"),
+    (["+backend.grpo.generation_kwargs={max_tokens:64}"], "backend.grpo.generation_kwargs.max_tokens=64: backend=trl sets it from max_tokens"),
+    (["+backend.grpo.generation_kwargs='{\"top_p\": 0.5}'"], "backend.grpo.generation_kwargs.top_p=0.5: backend=trl sets it from top_p"),
+    (["+backend.grpo.model_init_kwargs={torch_dtype:float16}"], "backend.grpo.model_init_kwargs.torch_dtype='float16': backend=trl sets it from model.dtype"),
     (["task.rewards=[{_target_:trainer.env.rewards.format_reward,style:tlr}]"], "task.rewards: style='tlr': must be 'trl' or left out"),
 ]  # fmt: skip
 
@@ -97,6 +99,15 @@ def test_an_unmappable_choice_is_refused_in_one_line(overrides, message):
         validate(compose_conf("backend=trl", *overrides))
     assert str(refused.value).startswith(message)
     assert "\n" not in str(refused.value)
+
+
+@needs_trl  # TRL's option names are read from its source
+def test_an_unknown_trl_option_is_refused_with_the_closest_name():
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_conf("backend=trl", "+backend.grpo.use_vlm=true"))
+    assert str(refused.value) == (
+        "backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"
+    )
 
 
 def test_a_trl_style_reward_is_refused_on_our_backend():
@@ -115,6 +126,7 @@ def test_a_bare_trl_backend_validates():
     assert validate(cfg) == []
 
 
+@needs_trl
 def test_trl_gets_our_rendered_prompt_ids(smollm2):
     """The chat template applied once, by us: the ids TRL generates from are the ids our
     backend renders (TRL's own tokenizing is replaced by a lookup of ours)."""
@@ -185,11 +197,13 @@ def _sweep_and_check(cwd: Path, *extra: str) -> None:
     assert "backend=trl: not available here" in again.stdout + again.stderr  # TRL trained it
 
 
+@needs_trl
 @pytest.mark.slow
 def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
     _sweep_and_check(tmp_path)
 
 
+@needs_trl
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
@@ -201,6 +215,7 @@ RESUME += ["task.eval_size=16", "save_every=2", "hydra.sweeper.health=[]"]
 RESUME += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
 
 
+@needs_trl
 @pytest.mark.slow
 def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
     sweep = start_sweep(tmp_path, *RESUME, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -279,6 +294,7 @@ def _ranks(sweep: subprocess.Popen) -> list:
     return found
 
 
+@needs_trl
 @pytest.mark.slow
 def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
     done = run_sweep(tmp_path, *TWO_RANKS, "lr=1e-3")
@@ -295,6 +311,7 @@ def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
     assert steps == set(range(1, 7))  # each step once, not once a rank
 
 
+@needs_trl
 @pytest.mark.slow
 def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_path):
     import psutil
