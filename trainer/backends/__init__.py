@@ -32,10 +32,6 @@ __all__ = ["train", "validate"]
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     """One training run on the configured backend (the library API: `from trainer import
     train`)."""
-    if cfg.backend.name == "trl" and cfg.backend.processes > 1:
-        from trainer.backends.distributed import launch
-
-        return launch(cfg, reporter, "trainer.backends.trl:train_rank")
     if cfg.backend.name == "trl":
         from trainer.backends.trl import train as train_with_trl
 
