@@ -4,6 +4,7 @@ GRPOTrainer (health pruning, the verdict, the tuned file, resuming after SIGTERM
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -195,6 +196,11 @@ def _sweep_and_check(cwd: Path, *extra: str) -> None:
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert "backend=trl: not available here" in again.stdout + again.stderr  # TRL trained it
+    name = f"+tuned={study.study_name} max_steps=1"  # a plain run is named by its overrides
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    (rerun,) = client.search_runs(experiments, filter_string=f"attributes.run_name = '{name}'")
+    assert rerun.info.status == "FINISHED"
+    assert rerun.data.params["backend"] == "trl" and rerun.data.params["backend_version"]
 
 
 @needs_trl
@@ -208,6 +214,41 @@ def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
 @pytest.mark.real_model
 def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
     _sweep_and_check(tmp_path, "task=arithmetic", f"model.path={smollm2}", "max_tokens=16")
+
+
+@needs_trl
+@pytest.mark.slow
+def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys_rules(tmp_path):
+    """A user's TRL-style reward gets the jsonl's extra column as TRL passes it (in training
+    and in our eval), its scores are the run's reward; the start line names the study's own
+    rule on a metric TRL never reports, not the default sampler_kl."""
+    data, seen = tmp_path / "qa.jsonl", tmp_path / "seen.jsonl"
+    rows = [{"prompt": f"{i}+{i}=", "answer": 2 * i, "bonus": i / 100} for i in range(20)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**sweep_env(tmp_path), "REWARD_SEEN": str(seen)}
+    env["PYTHONPATH"] = f"{Path(__file__).parent}:{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", "backend=trl", "task=jsonl", f"task.path={data}",
+         "task.rewards=[{_target_:user_rewards.column_bonus,style:trl}]", "batch_size=4",
+         "group_size=2", "max_steps=2", "eval_every=0",
+         "hydra.sweeper.health=[{name: mine, metric: no_such_metric}]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [x for x in (done.stdout + done.stderr).splitlines() if "never fire" in x]
+    assert line.endswith("never fire: mine (no_such_metric) (README, 'Sweeping a TRL run')")
+    calls = [json.loads(x) for x in seen.read_text().splitlines()]
+    bonuses = {row["bonus"] for row in rows}
+    training = [call for call in calls if len(call) == 4 * 2]  # a step's rollouts at once
+    evals = [call for call in calls if len(call) == 1]  # our eval: one completion a call
+    assert len(training) == 2 and evals and len(training) + len(evals) == len(calls)
+    assert {value for call in calls for value in call} <= bonuses
+    (trial,) = study_in(tmp_path).trials
+    run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
+    history = _mlflow(tmp_path).get_metric_history(run_id, "reward/mean")
+    assert {m.step: m.value for m in history} == pytest.approx(
+        {step: sum(call) / len(call) for step, call in enumerate(training, start=1)}
+    )
 
 
 RESUME = ["backend=trl", "batch_size=4", "group_size=2,4", "max_steps=12", "eval_every=0"]
@@ -266,12 +307,39 @@ def test_trls_logs_reach_the_reporter_under_our_names():
 
 def test_the_start_names_only_the_rules_trl_cannot_feed():
     from trainer.backends.trl import missing_rules_line
+    from trainer.rl.health import HealthRule, default_rules
 
-    line = missing_rules_line(compose_conf("backend=trl"))
+    cfg = compose_conf("backend=trl")
+    line = missing_rules_line(cfg, default_rules())
     assert line.startswith("backend=trl: not available here, so these health rules never fire:")
     assert "sampler_kl (kl_sample_train_v2)" in line  # one update a batch: TRL keeps no old logp
     assert "post_update_kl" not in line and "entropy_collapse" not in line
-    assert missing_rules_line(compose_conf("backend=trl", "num_substeps=2")) is None
+    assert (
+        missing_rules_line(compose_conf("backend=trl", "num_substeps=2"), default_rules()) is None
+    )
+    assert missing_rules_line(cfg, []) is None  # hydra.sweeper.health=[]: nothing to name
+    own = [
+        HealthRule("mine", "no_such_metric"),
+        HealthRule("drift", "kl_sample_train_v1"),
+        HealthRule("fine", "trl/clip_ratio/region_mean"),
+        HealthRule("fine_too", "reward/last_number"),
+    ]
+    assert missing_rules_line(cfg, own).endswith(
+        "never fire: mine (no_such_metric), drift (kl_sample_train_v1) (README, 'Sweeping a TRL run')"
+    )
+
+
+def test_a_trl_run_on_a_chosen_gpu_or_over_processes_goes_through_the_launcher():
+    """transformers would put a one-process run on cuda:0: the launcher's
+    CUDA_VISIBLE_DEVICES places it on the device the sweeper's pool handed out."""
+    from trainer.backends.distributed import _device_env
+    from trainer.backends.trl import in_ranks
+
+    assert not in_ranks(compose_conf("backend=trl", "model.device=cpu"))
+    assert not in_ranks(compose_conf("backend=trl"))  # auto
+    assert in_ranks(compose_conf("backend=trl", "backend.processes=2"))
+    assert in_ranks(compose_conf("backend=trl", "model.device=cuda:1"))
+    assert _device_env("cuda:1") == {"CUDA_VISIBLE_DEVICES": "1"}
 
 
 TWO_RANKS = ["backend=trl", "backend.processes=2", "batch_size=4", "group_size=4"]
