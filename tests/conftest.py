@@ -8,6 +8,7 @@ test_scale_out.py, test_racing_sweeps.py); each test function says the behaviour
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -152,6 +153,12 @@ def learner_kl(policy, rollouts, temperature: float = 1.0) -> float:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium), as .ci/run does"
+)
+
+
+needs_trl = pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None,
+    reason="backend=trl needs the trl extra (.[trl], Python >= 3.11)",
 )
 
 

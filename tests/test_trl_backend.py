@@ -4,6 +4,7 @@ GRPOTrainer (health pruning, the verdict, the tuned file, resuming after SIGTERM
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -11,21 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compose_conf, run_sweep, start_sweep, study_in, sweep_env
+from conftest import compose_conf, needs_trl, run_sweep, start_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis import records
 from analysis.records import State, StudyAttr, Tag, TrialAttr
 from trainer.backends import validate
+from trainer.backends.trl import mapping
 from trainer.base.errors import ConfigError
-
-pytest.importorskip("trl", reason="backend=trl needs the trl extra (Python >= 3.11)")
-
-from trainer.backends.trl import mapping  # noqa: E402  (after the skip)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+@needs_trl
 def test_mapping_table_on_hand_computed_numbers():
     cfg = compose_conf(
         "backend=trl", "output_dir=/tmp/x", "loss=dapo", "batch_size=8", "group_size=4", "num_substeps=2",
@@ -67,6 +66,7 @@ def test_the_readme_holds_the_mapping_table():
     assert mapping.markdown_table() in README.read_text()
 
 
+@needs_trl
 def test_the_field_names_read_from_source_are_grpoconfigs():
     import dataclasses
 
@@ -86,7 +86,10 @@ REFUSALS = [
     (["batch_size=3", "group_size=3", "num_substeps=3", "+backend.grpo.gradient_accumulation_steps=2"], "batch_size=3: backend=trl needs batch_size x group_size (9) divisible by"),
     (["+backend.grpo.temperature=0.5"], "backend.grpo.temperature: set from temperature on backend=trl; set that instead"),
     (["+backend.grpo.generation_batch_size=8"], "backend.grpo.generation_batch_size: set from batch_size, group_size"),
-    (["+backend.grpo.use_vlm=true"], "backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),
+    (["+backend.grpo.generation_kwargs={max_new_tokens:64}"], "backend.grpo.generation_kwargs.max_new_tokens=64: backend=trl sets it from max_tokens; set that instead"),
+    (["+backend.grpo.generation_kwargs={max_tokens:64}"], "backend.grpo.generation_kwargs.max_tokens=64: backend=trl sets it from max_tokens"),
+    (["+backend.grpo.generation_kwargs='{\"top_p\": 0.5}'"], "backend.grpo.generation_kwargs.top_p=0.5: backend=trl sets it from top_p"),
+    (["+backend.grpo.model_init_kwargs={torch_dtype:float16}"], "backend.grpo.model_init_kwargs.torch_dtype='float16': backend=trl sets it from model.dtype"),
     (["task.rewards=[{_target_:trainer.env.rewards.format_reward,style:tlr}]"], "task.rewards: style='tlr': must be 'trl' or left out"),
 ]  # fmt: skip
 
@@ -97,6 +100,15 @@ def test_an_unmappable_choice_is_refused_in_one_line(overrides, message):
         validate(compose_conf("backend=trl", *overrides))
     assert str(refused.value).startswith(message)
     assert "\n" not in str(refused.value)
+
+
+@needs_trl  # TRL's option names are read from its source
+def test_an_unknown_trl_option_is_refused_with_the_closest_name():
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_conf("backend=trl", "+backend.grpo.use_vlm=true"))
+    assert str(refused.value) == (
+        "backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"
+    )
 
 
 def test_a_trl_style_reward_is_refused_on_our_backend():
@@ -115,6 +127,7 @@ def test_a_bare_trl_backend_validates():
     assert validate(cfg) == []
 
 
+@needs_trl
 def test_trl_gets_our_rendered_prompt_ids(smollm2):
     """The chat template applied once, by us: the ids TRL generates from are the ids our
     backend renders (TRL's own tokenizing is replaced by a lookup of ours)."""
@@ -183,17 +196,59 @@ def _sweep_and_check(cwd: Path, *extra: str) -> None:
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert "backend=trl: not available here" in again.stdout + again.stderr  # TRL trained it
+    name = f"+tuned={study.study_name} max_steps=1"  # a plain run is named by its overrides
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    (rerun,) = client.search_runs(experiments, filter_string=f"attributes.run_name = '{name}'")
+    assert rerun.info.status == "FINISHED"
+    assert rerun.data.params["backend"] == "trl" and rerun.data.params["backend_version"]
 
 
+@needs_trl
 @pytest.mark.slow
 def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
     _sweep_and_check(tmp_path)
 
 
+@needs_trl
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
     _sweep_and_check(tmp_path, "task=arithmetic", f"model.path={smollm2}", "max_tokens=16")
+
+
+@needs_trl
+@pytest.mark.slow
+def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys_rules(tmp_path):
+    """A user's TRL-style reward gets the jsonl's extra column as TRL passes it (in training
+    and in our eval), its scores are the run's reward; the start line names the study's own
+    rule on a metric TRL never reports, not the default sampler_kl."""
+    data, seen = tmp_path / "qa.jsonl", tmp_path / "seen.jsonl"
+    rows = [{"prompt": f"{i}+{i}=", "answer": 2 * i, "bonus": i / 100} for i in range(20)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**sweep_env(tmp_path), "REWARD_SEEN": str(seen)}
+    env["PYTHONPATH"] = f"{Path(__file__).parent}:{env.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeper", "-m", "backend=trl", "task=jsonl", f"task.path={data}",
+         "task.rewards=[{_target_:user_rewards.column_bonus,style:trl}]", "batch_size=4",
+         "group_size=2", "max_steps=2", "eval_every=0",
+         "hydra.sweeper.health=[{name: mine, metric: no_such_metric}]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [x for x in (done.stdout + done.stderr).splitlines() if "never fire" in x]
+    assert line.endswith("never fire: mine (no_such_metric) (README, 'Sweeping a TRL run')")
+    calls = [json.loads(x) for x in seen.read_text().splitlines()]
+    bonuses = {row["bonus"] for row in rows}
+    training = [call for call in calls if len(call) == 4 * 2]  # a step's rollouts at once
+    evals = [call for call in calls if len(call) == 1]  # our eval: one completion a call
+    assert len(training) == 2 and evals and len(training) + len(evals) == len(calls)
+    assert {value for call in calls for value in call} <= bonuses
+    (trial,) = study_in(tmp_path).trials
+    run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
+    history = _mlflow(tmp_path).get_metric_history(run_id, "reward/mean")
+    assert {m.step: m.value for m in history} == pytest.approx(
+        {step: sum(call) / len(call) for step, call in enumerate(training, start=1)}
+    )
 
 
 RESUME = ["backend=trl", "batch_size=4", "group_size=2,4", "max_steps=12", "eval_every=0"]
@@ -201,6 +256,7 @@ RESUME += ["task.eval_size=16", "save_every=2", "hydra.sweeper.health=[]"]
 RESUME += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
 
 
+@needs_trl
 @pytest.mark.slow
 def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
     sweep = start_sweep(tmp_path, *RESUME, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -251,12 +307,39 @@ def test_trls_logs_reach_the_reporter_under_our_names():
 
 def test_the_start_names_only_the_rules_trl_cannot_feed():
     from trainer.backends.trl import missing_rules_line
+    from trainer.rl.health import HealthRule, default_rules
 
-    line = missing_rules_line(compose_conf("backend=trl"))
+    cfg = compose_conf("backend=trl")
+    line = missing_rules_line(cfg, default_rules())
     assert line.startswith("backend=trl: not available here, so these health rules never fire:")
     assert "sampler_kl (kl_sample_train_v2)" in line  # one update a batch: TRL keeps no old logp
     assert "post_update_kl" not in line and "entropy_collapse" not in line
-    assert missing_rules_line(compose_conf("backend=trl", "num_substeps=2")) is None
+    assert (
+        missing_rules_line(compose_conf("backend=trl", "num_substeps=2"), default_rules()) is None
+    )
+    assert missing_rules_line(cfg, []) is None  # hydra.sweeper.health=[]: nothing to name
+    own = [
+        HealthRule("mine", "no_such_metric"),
+        HealthRule("drift", "kl_sample_train_v1"),
+        HealthRule("fine", "trl/clip_ratio/region_mean"),
+        HealthRule("fine_too", "reward/last_number"),
+    ]
+    assert missing_rules_line(cfg, own).endswith(
+        "never fire: mine (no_such_metric), drift (kl_sample_train_v1) (README, 'Sweeping a TRL run')"
+    )
+
+
+def test_a_trl_run_on_a_chosen_gpu_or_over_processes_goes_through_the_launcher():
+    """transformers would put a one-process run on cuda:0: the launcher's
+    CUDA_VISIBLE_DEVICES places it on the device the sweeper's pool handed out."""
+    from trainer.backends.distributed import _device_env
+    from trainer.backends.trl import in_ranks
+
+    assert not in_ranks(compose_conf("backend=trl", "model.device=cpu"))
+    assert not in_ranks(compose_conf("backend=trl"))  # auto
+    assert in_ranks(compose_conf("backend=trl", "backend.processes=2"))
+    assert in_ranks(compose_conf("backend=trl", "model.device=cuda:1"))
+    assert _device_env("cuda:1") == {"CUDA_VISIBLE_DEVICES": "1"}
 
 
 TWO_RANKS = ["backend=trl", "backend.processes=2", "batch_size=4", "group_size=4"]
@@ -279,6 +362,7 @@ def _ranks(sweep: subprocess.Popen) -> list:
     return found
 
 
+@needs_trl
 @pytest.mark.slow
 def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
     done = run_sweep(tmp_path, *TWO_RANKS, "lr=1e-3")
@@ -295,6 +379,7 @@ def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
     assert steps == set(range(1, 7))  # each step once, not once a rank
 
 
+@needs_trl
 @pytest.mark.slow
 def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_path):
     import psutil

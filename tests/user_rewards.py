@@ -45,3 +45,14 @@ def hangs_trl(completions, **_) -> list[float]:
 
     time.sleep(3600)
     return [0.0] * len(completions)
+
+
+def column_bonus(completions, bonus, **_) -> list[float]:
+    """A TRL-style reward scoring each completion with its dataset row's `bonus` column; what
+    it got is appended to the file $REWARD_SEEN (one JSON list a call)."""
+    import json
+    import os
+
+    with open(os.environ["REWARD_SEEN"], "a") as seen:
+        seen.write(json.dumps(bonus) + "\n")
+    return [float(b) for b in bonus]

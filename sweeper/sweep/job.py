@@ -39,6 +39,7 @@ from trainer.rl.health import (
     Action,
     Breach,
     HealthMonitor,
+    HealthRule,
     first_to_prune,
     rules_from_settings,
 )
@@ -104,6 +105,11 @@ class TrialReporter:
         self.baseline: float | None = None
         self.warned: set[str] = set()
         self.forecaster: Forecaster | None = None  # pruner=forecast
+
+    @property
+    def health_rules(self) -> list[HealthRule]:
+        """The study's rules this trial is checked by (a backend names those it cannot feed)."""
+        return self.monitor.rules
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         # Taken over (another worker saw it stale and queued its point): stop writing at once.

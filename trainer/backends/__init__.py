@@ -32,10 +32,6 @@ __all__ = ["train", "validate"]
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     """One training run on the configured backend (the library API: `from trainer import
     train`)."""
-    if cfg.backend.name == "trl" and cfg.backend.processes > 1:
-        from trainer.backends.distributed import launch
-
-        return launch(cfg, reporter, "trainer.backends.trl:train_rank")
     if cfg.backend.name == "trl":
         from trainer.backends.trl import train as train_with_trl
 
@@ -48,12 +44,14 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
 def validate(cfg: DictConfig) -> list[str]:
     """Every check that runs before a model loads: the common ones (trainer/run/validation.py),
     then the backend's own. Raises ConfigError (one line); returns warnings."""
-    from trainer.backends.trl.mapping import trl_style_rewards
+    from trainer.backends.trl.mapping import trl_style_indices
     from trainer.backends.trl.mapping import validate as validate_trl
 
-    if cfg.backend.name != "trl" and trl_style_rewards(cfg):
+    styled = trl_style_indices(cfg.task)
+    if cfg.backend.name != "trl" and styled:
+        target = cfg.task.rewards[styled[0]].get("_target_")
         raise ConfigError(
-            f"task.rewards: {trl_style_rewards(cfg)[0]} is TRL-style (style: trl), called as "
+            f"task.rewards: {target} is TRL-style (style: trl), called as "
             "TRL calls a reward: it runs on backend=trl only"
         )
     warnings = validate_common(cfg)

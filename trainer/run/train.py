@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 
 class Reporter(Protocol):
+    """May also hold `health_rules`, the rules it checks the metrics by (a sweep trial's): a
+    backend names those whose metric it does not report."""
+
     def report(self, step: int, metrics: dict[str, float]) -> None:
         """Receive a step's metrics; raising stops training (e.g. a pruned sweep trial)."""
 

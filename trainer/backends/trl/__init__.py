@@ -7,12 +7,13 @@
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
 
 `train(cfg, reporter)` is the backend; `train_rank` is what each process of a run runs (one
-process: `train` calls it here). TRL, transformers and PEFT load only inside them.
+process on CPU: `train` calls it here). TRL, transformers and PEFT load only inside them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from omegaconf import DictConfig
 from trainer.base import metrics as metrics_names
 
 if TYPE_CHECKING:
+    from trainer.rl.health import HealthRule
     from trainer.run.train import Reporter, TrainResult
 
 __all__ = ["train", "train_rank"]
@@ -29,44 +31,63 @@ log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
-    """A run in this process. A run over several (backend.processes > 1) is started by the
-    switch above (trainer/backends/__init__.py) through the launcher
-    (trainer/backends/distributed.py), which runs `train_rank` in each process."""
-    if cfg.backend.processes > 1:
-        raise ValueError("backend.processes > 1 runs through trainer.backends.train (the launcher)")
+    """A TRL run: in this process, or as ranks through the launcher
+    (trainer/backends/distributed.py), which runs `train_rank` in each."""
+    if line := missing_rules_line(cfg, health_rules(cfg, reporter)):
+        log.warning(line)
+    if in_ranks(cfg):
+        from trainer.backends.distributed import launch
+
+        return launch(cfg, reporter, "trainer.backends.trl:train_rank")
     return train_rank(cfg, reporter)
 
 
+def in_ranks(cfg: DictConfig) -> bool:
+    """Whether the run goes through the launcher: several processes, or one on a chosen GPU
+    (`model.device=cuda:N`, as the sweeper's device pool hands them out). transformers puts a
+    one-process run on cuda:0 whatever the current device (and wraps the model in DataParallel
+    over every visible GPU), so the launcher's CUDA_VISIBLE_DEVICES=N is what places it.
+    Untested: no GPU here."""
+    return cfg.backend.processes > 1 or str(cfg.model.device).startswith("cuda:")
+
+
+def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]:
+    """The rules this run is checked by: the sweep's (its reporter's `health_rules`), else the
+    defaults a sweep prunes by."""
+    from trainer.rl.health import default_rules
+
+    rules = getattr(reporter, "health_rules", None)
+    return default_rules(cfg.kl_threshold) if rules is None else list(rules)
+
+
 def given_metrics(cfg: DictConfig) -> set[str]:
-    """The health rules' metrics this backend reports (grpo.py says when TRL keeps what the
-    sampler-vs-learner KL needs)."""
-    given = {
-        metrics_names.LOSS,
-        metrics_names.GRAD_NORM,
-        metrics_names.EVAL_REWARD,
-        metrics_names.ENTROPY,
-        metrics_names.GROUPS_ZERO_ADVANTAGE,
-        metrics_names.COMPLETIONS_TRUNCATED,
-        metrics_names.COMPLETION_LENGTH,
-    }
+    """The metrics of ours this backend reports under fixed names (callback.py maps TRL's
+    logs; grpo.py says when TRL keeps what the sampler-vs-learner KL needs)."""
+    from trainer.backends.trl.callback import SAME_MEANING
+
+    given = {*SAME_MEANING.values(), metrics_names.GROUPS_MIXED}
+    given.add(metrics_names.GROUPS_ZERO_ADVANTAGE)
     if cfg.compute_post_kl:
-        given.add(metrics_names.KL_PRE_POST_V2)
+        given |= {metrics_names.KL_PRE_POST_V1, metrics_names.KL_PRE_POST_V2}
     grpo = cfg.backend.grpo
     vllm_correction = grpo.get("use_vllm", False) and grpo.get(
         "vllm_importance_sampling_correction", True
     )
     if cfg.num_substeps > 1 or vllm_correction:
-        given.add(metrics_names.KL_SAMPLE_TRAIN_V2)
+        given |= {metrics_names.KL_SAMPLE_TRAIN_V1, metrics_names.KL_SAMPLE_TRAIN_V2}
     return given
 
 
-def missing_rules_line(cfg: DictConfig) -> str | None:
-    """One line naming each default health rule whose metric this run does not report."""
-    from trainer.rl.health import default_rules
+def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | None:
+    """One line naming each of the run's health rules whose metric it does not report."""
+    from trainer.backends.trl.callback import TRL_PREFIX
 
     given = given_metrics(cfg)
+    families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
     missing = [
-        f"{r.name} ({r.metric})" for r in default_rules(cfg.kl_threshold) if r.metric not in given
+        f"{r.name} ({r.metric})"
+        for r in rules
+        if r.metric not in given and not r.metric.startswith(families)
     ]
     if not missing:
         return None
@@ -125,8 +146,6 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, checkpoint is not None)
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
-    if main and (line := missing_rules_line(cfg)):
-        log.warning(line)
     if checkpoint is not None:
         log.info("Resumed from %s (step %d)", checkpoint, resumed_from_step(cfg))
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -18,16 +18,19 @@ non-number raises RewardError naming it, as on our backend.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from trainer.backends.trl.mapping import STYLE_TRL
+from trainer.backends.trl.mapping import trl_style_indices
 from trainer.env.prompts import PromptRenderer, prompt_key
+from trainer.env.reward_worker import ChildReward
 from trainer.env.rewards import (
     RewardError,
     RewardSet,
@@ -68,18 +71,6 @@ def _messages(prompt: Any) -> Any:
     if isinstance(prompt, str):
         return prompt
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
-
-
-def trl_style_indices(task_cfg: DictConfig) -> list[int]:
-    """Which task.rewards entries are TRL-style (`style: trl`)."""
-    rewards = task_cfg.get("rewards")
-    if not OmegaConf.is_list(rewards):
-        return []
-    return [
-        i
-        for i, entry in enumerate(rewards)
-        if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
-    ]
 
 
 def training_data(
@@ -130,10 +121,27 @@ def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[
     return reward
 
 
+# What TRL hands a reward that lives in its trainer's process (the trainer's logging methods,
+# its environments): they cannot be sent to a reward in the worker process (task.reward_timeout).
+TRAINER_ONLY = ("log_extra", "log_metric", "environments")
+
+
+def _for_worker(columns: dict[str, Any]) -> dict[str, Any]:
+    """TRL's keyword arguments as the worker process can take them: trainer_state as plain
+    attributes, since unpickling a TrainerState imports transformers there (~10 s on a loaded
+    2-core CPU: past the timeout)."""
+    sent = {k: v for k, v in columns.items() if k not in TRAINER_ONLY}
+    if "trainer_state" in sent:
+        sent["trainer_state"] = SimpleNamespace(**dataclasses.asdict(sent["trainer_state"]))
+    return sent
+
+
 def _checked_trl(name: str, fn):
     """A TRL-style reward with our one-line errors; None (no score) passes as TRL reads it."""
 
     def reward(prompts, completions, completion_ids, **columns) -> list[float | None]:
+        if isinstance(fn, ChildReward):
+            columns = _for_worker(columns)
         try:
             values = list(
                 fn(

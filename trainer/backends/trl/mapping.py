@@ -7,7 +7,8 @@ micro-batching choice (`backend.grpo.gradient_accumulation_steps`, default 1): e
 step accumulates k micro-batches of `per_device_train_batch_size` rollouts per process.
 
 `TABLE` rows are set from our keys: a `backend.grpo.<field>` that names one is refused (it would
-shadow the key of ours). `DEFAULTS` rows keep TRL's own defaults that differ from ours from
+shadow the key of ours), and so is a key of a dict option that TRL applies over one
+(`SHADOWING`: generation_kwargs' sampling keys, model_init_kwargs' dtype). `DEFAULTS` rows keep TRL's own defaults that differ from ours from
 leaking in, and a `backend.grpo.<field>` may override them. The README's mapping table is
 `markdown_table()` (tests/test_trl_backend.py checks they agree).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -261,25 +263,50 @@ def _check_batch(cfg: DictConfig) -> None:
         )
 
 
-def _reward_entries(cfg: DictConfig) -> list[Any]:
-    rewards = cfg.task.get("rewards") if isinstance(cfg.task, DictConfig) else None
+def _reward_entries(task_cfg: Any) -> list[Any]:
+    rewards = task_cfg.get("rewards") if isinstance(task_cfg, DictConfig) else None
     return list(rewards) if OmegaConf.is_list(rewards) else []
 
 
-def trl_style_rewards(cfg: DictConfig) -> list[str]:
-    """The `_target_` of each task.rewards entry marked `style: trl`."""
+def trl_style_indices(task_cfg: Any) -> list[int]:
+    """Which task.rewards entries are TRL-style (`style: trl`)."""
     return [
-        str(entry.get("_target_"))
-        for entry in _reward_entries(cfg)
+        i
+        for i, entry in enumerate(_reward_entries(task_cfg))
         if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
     ]
 
 
 def _check_rewards(cfg: DictConfig) -> None:
-    for entry in _reward_entries(cfg):
+    for entry in _reward_entries(cfg.task):
         style = entry.get("style") if OmegaConf.is_dict(entry) else None
         if style not in (None, STYLE_TRL):
             raise ConfigError(f"task.rewards: style={style!r}: must be {STYLE_TRL!r} or left out")
+
+
+# Keys of a dict option that TRL lets override a field the table sets: GRPOConfig documents
+# generation_kwargs as overriding its sampling fields (max_new_tokens is transformers' name for
+# the completion length, max_tokens vLLM's); model_init_kwargs' dtype is model.dtype's.
+SHADOWING = {
+    "generation_kwargs": {
+        **{f: f for f in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")},
+        "max_new_tokens": "max_completion_length",
+        "max_tokens": "max_completion_length",
+    },
+    "model_init_kwargs": {"dtype": None, "torch_dtype": None},  # None: model.dtype
+}
+
+
+def _as_dict(value: Any) -> dict:
+    """A dict option as TRL reads it: a mapping, or its JSON text."""
+    if OmegaConf.is_dict(value):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return {}  # TRL's own error says what is wrong with it
+    return {}
 
 
 def _check_passed(cfg: DictConfig) -> None:
@@ -291,6 +318,15 @@ def _check_passed(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"backend.grpo.{key}: set from {mapped[key]} on backend=trl; set that instead"
             )
+        given = _as_dict(cfg.backend.grpo[key])
+        for inner, field in SHADOWING.get(key, {}).items():
+            if inner in given:
+                ours = mapped[field] if field else "model.dtype"
+                _refuse(
+                    f"backend.grpo.{key}.{inner}",
+                    given[inner],
+                    f"sets it from {ours}; set that instead",
+                )
         known = known if known is not None else grpo_fields()
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
