@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine_info import machine  # bench/ is on the path: this runs as a script
+
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {  # name -> (arguments after `python -m`, the exit code it should end with)
@@ -77,7 +79,9 @@ def main() -> None:
             per["ratio_before_to_this"] = round(statistics.median(ratios), 2)
             per["ratio_spread"] = [round(min(ratios), 2), round(max(ratios), 2)]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "startup.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (RESULTS / "startup.json").write_text(
+        json.dumps({**summary, "machine": machine()}, indent=1) + "\n"
+    )
     print(json.dumps(summary, indent=1))
 
 

@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 
 import optuna
+from machine_info import machine  # bench/ is on the path: this runs as a script
 from optuna.distributions import FloatDistribution
 
 from analysis import records
@@ -103,6 +104,7 @@ def main() -> None:
         "stopped_early_rate": sum(r["stopped_early"] for r in rows) / len(rows),
         "best_true_mean_lost_mean": statistics.fmean(loss),
         "best_true_mean_lost_max": max(loss),
+        "machine": machine(),
         "rows": rows,
     }
     suffix = f"_seeds{args.seeds}" if args.seeds > 1 else ""

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 from trainer.run.train import train
 from trainer.sampling.tiny_model import build_tiny_model, tiny_model_dir
@@ -77,7 +78,7 @@ def main() -> None:
     rows = [run([f"lr={lr}", f"max_steps={args.steps}"]) for lr in args.lrs]
     with open(args.out, "a") as f:
         for row in rows:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps({**row, "machine": machine()}) + "\n")
     print("| overrides | wall s | step s (median) | rollouts/s | peak RSS MiB | eval by step |")
     print("|---|---|---|---|---|---|")
     for r in rows:

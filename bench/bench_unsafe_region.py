@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from machine_info import machine  # bench/ is on the path: this runs as a script
 from optuna.distributions import FloatDistribution
 
 from analysis import records
@@ -163,7 +164,7 @@ def main() -> None:
             / len(rows),
         }
     path = RESULTS / f"unsafe_{args.study}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    path.write_text(json.dumps({**out, "machine": machine()}, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "landscape"}, indent=1))
     print(f"wrote {path}")
 

@@ -3,7 +3,10 @@
 Its nouns (study, plan, configuration, trial, slot, seed, job, lane, run, search sampler vs
 LLM sampler, pruned vs eliminated vs stopped) are defined once, in docs/glossary.md.
 
-Four stages, each a sub-package, in the order a sweep uses them; each module has one job:
+Four stages, each a sub-package, in the order a sweep uses them; each module has one job.
+Their imports point one way, down the chain sweep -> study -> plan -> results (a stage imports
+its own modules and the stages after it here, never one before; results, what a sweep shows,
+is the bottom), checked by tests/test_import_graph.py:
 
 plan/        what a sweep will run, decided and checked before anything heavy loads
   settings        the sweeper's settings (hydra.sweeper.*), resolved and checked once

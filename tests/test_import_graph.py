@@ -1,6 +1,7 @@
 """The project's import graph, read from the source with `ast`: no cycle, the packages in
-their layers (trainer at the bottom, analysis above it, the sweeper on top), and the trainer's
-sub-packages in theirs (TRAINER_LAYERS, bottom first).
+their layers (trainer at the bottom, analysis above it, the sweeper on top, Hydra's plugin
+over all), the trainer's sub-packages in theirs (TRAINER_LAYERS, bottom first) and the
+sweeper's stages in theirs (SWEEPER_STAGES).
 
 Every import counts, including those inside functions and under `if TYPE_CHECKING:`: a lazy
 import hides a cycle from the interpreter, not from a reader who has to follow it.
@@ -12,14 +13,24 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("trainer", "sweeper", "analysis")
+PACKAGES = ("trainer", "sweeper", "analysis", "hydra_plugins")
 
-# What each package may not import: the layers run trainer <- analysis <- sweeper.
+# What each package may not import: the layers run trainer <- analysis <- sweeper <-
+# hydra_plugins (the plugin Hydra finds, which hands over to the sweeper). The plugin's
+# settings schema is the exception every layer may read: a leaf (SETTINGS_SCHEMA's own test).
 FORBIDDEN = {
-    "trainer": {"sweeper", "analysis"},
-    "analysis": {"sweeper"},
-    "sweeper": set(),
+    "trainer": {"sweeper", "analysis", "hydra_plugins"},
+    "analysis": {"sweeper", "hydra_plugins"},
+    "sweeper": {"hydra_plugins"},
+    "hydra_plugins": set(),
 }
+SETTINGS_SCHEMA = "hydra_plugins.grpo_sweeper.config"
+
+# The sweeper's stages, bottom first (sweeper/__init__.py): a stage's module may import its
+# own stage and those before it here, never one after. The modules beside the stages
+# (SweepError in the package, optuna_adapter) are below every stage; __main__ is on top.
+SWEEPER_STAGES = ["results", "plan", "study", "sweep"]
+SWEEPER_BESIDE = {"sweeper", "sweeper.optuna_adapter"}
 
 # The trainer's sub-packages, bottom first: a module of one may import its own sub-package and
 # those before it here, never one after it (trainer/__init__.py says what each holds).
@@ -179,6 +190,8 @@ def test_packages_import_only_their_layer_and_below():
     for module, targets in sorted(import_graph().items()):
         package = module.split(".")[0]
         for target in sorted(targets):
+            if target == SETTINGS_SCHEMA and module != target:
+                continue
             if target.split(".")[0] in FORBIDDEN[package]:
                 wrong.append(f"{module} imports {target} (a layer above it)")
             elif target.endswith(".__main__"):
@@ -229,3 +242,53 @@ def test_the_trainer_layer_check_catches_an_upward_import():
 def test_every_trainer_sub_package_is_a_layer():
     found = {path.parent.name for path in (ROOT / "trainer").glob("*/__init__.py")}
     assert found == set(TRAINER_LAYERS)
+
+
+def test_the_settings_schema_every_layer_reads_is_a_leaf():
+    inside = {t for t in import_graph()[SETTINGS_SCHEMA] if t.split(".")[0] in PACKAGES}
+    assert inside <= {"trainer.base.metrics"}, inside
+
+
+def sweeper_stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a sweeper module that reaches a stage after its own in SWEEPER_STAGES."""
+    rank = {stage: i for i, stage in enumerate(SWEEPER_STAGES)}
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if module.split(".")[0] != "sweeper" or module == "sweeper.__main__":
+            continue
+        stage = module.split(".")[1] if module not in SWEEPER_BESIDE else None
+        if stage is not None and stage not in rank:
+            wrong.append(f"{module} is in no stage (SWEEPER_STAGES: {', '.join(SWEEPER_STAGES)})")
+            continue
+        for target in sorted(targets):
+            if target.split(".")[0] != "sweeper" or target in SWEEPER_BESIDE:
+                continue
+            if target == "sweeper.__main__":
+                wrong.append(f"{module} imports {target} (a command line, not a library)")
+            elif stage is None or rank[target.split(".")[1]] > rank[stage]:
+                wrong.append(f"{module} ({stage or 'beside the stages'}) imports {target}")
+    return wrong
+
+
+def test_sweeper_stages_import_only_their_own_and_below():
+    wrong = sweeper_stage_violations(import_graph())
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_sweeper_stage_check_catches_an_import_up_the_chain():
+    graph = {
+        "sweeper.plan.settings": {"sweeper.study.storage", "sweeper.results.runs"},
+        "sweeper.results.display": {"sweeper.optuna_adapter", "sweeper"},
+        "sweeper.optuna_adapter": {"sweeper.plan.space"},
+        "sweeper.stray": set(),
+    }
+    assert sweeper_stage_violations(graph) == [
+        "sweeper.optuna_adapter (beside the stages) imports sweeper.plan.space",
+        "sweeper.plan.settings (plan) imports sweeper.study.storage",
+        "sweeper.stray is in no stage (SWEEPER_STAGES: results, plan, study, sweep)",
+    ]
+
+
+def test_every_sweeper_sub_package_is_a_stage():
+    found = {path.parent.name for path in (ROOT / "sweeper").glob("*/__init__.py")}
+    assert found == set(SWEEPER_STAGES)

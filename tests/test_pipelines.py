@@ -85,7 +85,7 @@ def test_the_shared_step_equals_its_parts_and_streaming_accumulates_to_the_same_
     cfg, policy, groups, optimizer = _setup(composed)
     start = copy.deepcopy(policy.model.state_dict())
     # 1. train_on_groups: one minibatch, one optimizer step
-    train_on_groups(cfg, policy, optimizer, groups, num_minibatches=1)
+    train_on_groups(cfg, policy, optimizer, groups, num_substeps=1)
     whole = _weights(policy)
     # 2. the same groups as two streamed minibatches of 2 groups, each loss halved, one step
     policy.model.load_state_dict(start)

@@ -100,7 +100,7 @@ def test_the_sampler_the_learner_and_the_eval_see_the_same_templated_tokens(
         )
         assert rollout.prompt_ids == expected
         assert expected.count(policy.tokenizer.bos_token_id) == 3  # system, user, assistant
-        row = batch.prompt_ids_DP[batch.prompt_of_N[groups.rollouts_N.index(rollout)]]
+        row = batch.prompt_ids_DS[batch.prompt_of_N[groups.rollouts_N.index(rollout)]]
         assert row[-len(expected) :].tolist() == expected
         assert row[: len(row) - len(expected)].eq(policy.tokenizer.pad_token_id).all()
     eval_rollout = sampler.sample([task.eval_problems()[0].prompt], SamplingSettings(max_tokens=1))

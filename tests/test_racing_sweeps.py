@@ -107,6 +107,7 @@ def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(t
     assert len(runs) == 8 and set(runs.values()) == {1}
 
 
+@pytest.mark.timeout(1900)  # run_sweep's own 1800 s, above pytest's global 900 s
 def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_path):
     # The issue's check on the tiny model, with its real objective: lr=3e-2 collapses, 5e-4
     # and 2e-3 are close after 2 seeds; the close ones must not be called tied on two seeds'

@@ -100,14 +100,14 @@ def test_token_entropy_of_uniform_and_peaked_distributions():
 
 
 def test_minibatches_keep_every_rollout_of_a_problem_together():
-    rows = rl_math.minibatch_rows(batch_size=4, group_size=2, num_substeps=2)
+    rows = rl_math.minibatch_rows(num_groups=4, group_size=2, num_substeps=2)
     assert [r.tolist() for r in rows] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [r.tolist() for r in rl_math.minibatch_rows(4, 2, 1)] == [[0, 1, 2, 3, 4, 5, 6, 7]]
 
 
 def test_minibatches_drop_filtered_groups_and_empty_minibatches():
     keep_P = torch.tensor([False, True, False, False])
-    rows = rl_math.minibatch_rows(batch_size=4, group_size=3, num_substeps=2, keep_P=keep_P)
+    rows = rl_math.minibatch_rows(num_groups=4, group_size=3, num_substeps=2, keep_P=keep_P)
     assert [r.tolist() for r in rows] == [[3, 4, 5]]  # problem 1 only; the 2nd chunk is empty
 
 

@@ -26,14 +26,14 @@ def test_collate_pads_prompts_left_and_completions_right_each_prompt_once():
         Rollout([1, 5], [9, 9, 2], [-0.125, -2.0, -0.75], True, ""),
     ]
     batch = collate(rollouts, pad_id=0)
-    assert batch.prompt_ids_DP.tolist() == [[0, 1, 5], [1, 6, 6]]
-    assert batch.prompt_mask_DP.tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert batch.prompt_ids_DS.tolist() == [[0, 1, 5], [1, 6, 6]]
+    assert batch.prompt_mask_DS.tolist() == [[0, 1, 1], [1, 1, 1]]
     assert batch.prompt_of_N.tolist() == [0, 1, 0]
     assert batch.completion_ids_NT.tolist() == [[7, 2, 0], [8, 0, 0], [9, 9, 2]]
     assert batch.mask_NT.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
     assert batch.sampler_logp_NT.tolist() == [[-0.5, -0.25, 0], [-1, 0, 0], [-0.125, -2, -0.75]]
     assert batch.finished_N.tolist() == [1, 0, 1]
-    assert batch.completion_ids_NT.dtype == batch.prompt_ids_DP.dtype == torch.long
+    assert batch.completion_ids_NT.dtype == batch.prompt_ids_DS.dtype == torch.long
     assert batch.mask_NT.dtype == batch.sampler_logp_NT.dtype == torch.float32
 
 
@@ -184,10 +184,10 @@ def test_each_prompt_runs_once_with_the_same_log_probs_and_gradients(composed, m
     )
     policy.model.double()
     batch = collate(rollouts, policy.tokenizer.pad_token_id)
-    assert batch.prompt_ids_DP.shape[0] == len(PROMPTS)
+    assert batch.prompt_ids_DS.shape[0] == len(PROMPTS)
     rows = torch.tensor([3, 4, 5, 9, 10, 11])  # the groups of PROMPTS[1] and PROMPTS[3]
     minibatch = batch.select(rows)
-    assert minibatch.prompt_ids_DP.shape == (2, max(len(rollouts[i].prompt_ids) for i in rows))
+    assert minibatch.prompt_ids_DS.shape == (2, max(len(rollouts[i].prompt_ids) for i in rows))
     shared_NT, _ = token_logprobs(policy.model, minibatch, 1.0)
     shared_NT.mul(minibatch.mask_NT).sum().backward()
     shared_grads = [p.grad.clone() for p in policy.trainable_parameters()]

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from sweeper import optuna_adapter as oa
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.space import parse_space
+from sweeper.results import display
 from sweeper.study import slots
 from sweeper.study.recovery import fail_stale_trials
 from sweeper.study.storage import Heartbeat, exclusive, open_storage
@@ -77,7 +78,7 @@ def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
     while (trial := slots.take(study, url, space.distributions)) is not None:
         assert 1e-4 <= trial.params["lr"] <= 1e-2
         study.tell(trial, trial.params["lr"])
-    assert slots.Counts.of(study).complete == 3
+    assert display.Counts.of(study).complete == 3
     more = choose_search_sampler("auto", space, 5, seed=0)
     assert slots.fill(study, url, space, more) == 2
 
@@ -138,7 +139,7 @@ def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(
     for t in threads:
         t.join()
     assert sorted(added) == [0, 0, 0, 3]
-    assert slots.Counts.of(_study(url, more)).waiting == 6
+    assert display.Counts.of(_study(url, more)).waiting == 6
 
 
 def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
@@ -148,7 +149,7 @@ def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     assert stale.state == TrialState.FAIL and stale.user_attrs["interrupted"]
     assert stale.user_attrs["fail_reason"] == "lost: its sweeper died; queued again"
     slots.give_back(study, stale, {"0": {"output_dir": "/x/t0", "run_id": "r0"}})
-    counts = slots.Counts.of(study)
+    counts = display.Counts.of(study)
     assert (counts.failed, counts.waiting) == (0, 2)  # the interrupted trial counts for nothing
     rest = [slots.take(study, url, space.distributions) for _ in range(2)]
     assert sorted(t.params["group_size"] for t in rest) == [2, 4]
@@ -176,4 +177,4 @@ def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
         slots.give_back(study, stale, {})
     thread.join()
     assert queued_by_joiner == [0]
-    assert slots.Counts.of(study).waiting == 2
+    assert display.Counts.of(study).waiting == 2

@@ -14,10 +14,10 @@ from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper.plan.preflight import MAX_COMBINATIONS, configurations_to_check
 from sweeper.plan.search_sampler import choose_search_sampler
-from sweeper.plan.settings import resolve_settings
+from sweeper.plan.settings import resolve_settings, resolve_url
 from sweeper.plan.space import parse_space
 from sweeper.plan.sweep_plan import default_study_name
-from sweeper.study.storage import open_storage, resolve_url
+from sweeper.study.storage import open_storage
 from sweeper.sweep.job import TrialPruned
 from trainer.rl.health import HealthMonitor, HealthRule
 

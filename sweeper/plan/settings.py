@@ -12,12 +12,28 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from analysis.records import absolute_url
 from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
-from sweeper.study.storage import resolve_url
 from trainer.rl.health import HealthRule, default_rules, rules_from_settings
-from trainer.run.database import DEFAULT_RETRY_S
+from trainer.run.database import DEFAULT_RETRY_S, missing_driver, scheme, shown_url
+
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql")  # Optuna's storages with heartbeats
+
+
+def resolve_url(url: str) -> str:
+    """hydra.sweeper.storage as an absolute URL, so jobs started in another directory reach
+    the same file; only RDB storages (study/storage.py says why), with their driver."""
+    if "://" not in url or scheme(url) not in RDB_SCHEMES:
+        raise SweepError(
+            f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "
+            "or postgresql://user@host/db"
+        )
+    missing = missing_driver(url)
+    if missing:
+        raise SweepError(f"hydra.sweeper.storage={shown_url(url)!r}: {missing}")
+    return absolute_url(url)
 
 
 @dataclass(frozen=True)

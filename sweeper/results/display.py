@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis.records import StudyAttr, best_trial, trial_note
+from analysis.records import StudyAttr, best_trial, is_interrupted, trial_note
 from analysis.text import show_value, text_table
 from analysis.verdict import (
     INTERVAL_HEADER,
@@ -15,7 +16,36 @@ from analysis.verdict import (
     Verdict,
     interval_cells,
 )
-from sweeper.study.slots import Counts
+
+
+@dataclass
+class Counts:
+    """The study's trials by outcome, all workers together. Interrupted trials (killed,
+    Ctrl-C) gave their slot back, so they count toward nothing."""
+
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    waiting: int = 0
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> Counts:
+        counts = cls()
+        for t in study.get_trials(deepcopy=False):
+            if not is_interrupted(t):
+                name = "failed" if t.state == TrialState.FAIL else t.state.name.lower()
+                setattr(counts, name, getattr(counts, name) + 1)
+        return counts
+
+    @property
+    def done(self) -> int:
+        return self.complete + self.pruned + self.failed
+
+    @property
+    def slots(self) -> int:
+        """Places of the plan taken so far: finished, running or queued."""
+        return self.done + self.running + self.waiting
 
 
 def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:

@@ -16,7 +16,6 @@ WAITING trial with the same params (`retry_of` names the original). Whoever chan
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import optuna
 from optuna.distributions import (
@@ -26,43 +25,14 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.exceptions import UpdateFinishedTrialError
-from optuna.trial import FrozenTrial, Trial, TrialState
+from optuna.trial import FrozenTrial, Trial
 
 from analysis.records import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
 from sweeper.plan.search_sampler import SearchSampler
 from sweeper.plan.space import SearchSpace
+from sweeper.results.display import Counts
 from sweeper.study.storage import exclusive
-
-
-@dataclass
-class Counts:
-    """The study's trials by outcome, all workers together. Interrupted trials (killed,
-    Ctrl-C) gave their slot back, so they count toward nothing."""
-
-    complete: int = 0
-    pruned: int = 0
-    failed: int = 0
-    running: int = 0
-    waiting: int = 0
-
-    @classmethod
-    def of(cls, study: optuna.Study) -> Counts:
-        counts = cls()
-        for t in study.get_trials(deepcopy=False):
-            if not is_interrupted(t):
-                name = "failed" if t.state == TrialState.FAIL else t.state.name.lower()
-                setattr(counts, name, getattr(counts, name) + 1)
-        return counts
-
-    @property
-    def done(self) -> int:
-        return self.complete + self.pruned + self.failed
-
-    @property
-    def slots(self) -> int:
-        """Places of the plan taken so far: finished, running or queued."""
-        return self.done + self.running + self.waiting
 
 
 def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: SearchSampler) -> int:

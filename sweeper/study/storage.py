@@ -22,7 +22,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
-from analysis.records import absolute_url, sqlite_path
+from analysis.records import sqlite_path
 from analysis.stores import ResilientRDBStorage
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
@@ -30,7 +30,6 @@ from trainer.base.errors import first_line
 from trainer.run.database import (
     DatabaseUnreachable,
     advisory_lock,
-    missing_driver,
     note_store_failure,
     retried,
     schema_lock,
@@ -39,24 +38,10 @@ from trainer.run.database import (
 )
 from trainer.run.locks import flocked
 
-RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
 BEAT_RETRY_S = 1.0  # a heartbeat that failed is tried again this soon
 PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
-
-
-def resolve_url(url: str) -> str:
-    """An absolute URL, so jobs started in another directory reach the same file."""
-    if "://" not in url or scheme(url) not in RDB_SCHEMES:
-        raise SweepError(
-            f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "
-            "or postgresql://user@host/db"
-        )
-    missing = missing_driver(url)
-    if missing:
-        raise SweepError(f"hydra.sweeper.storage={shown_url(url)!r}: {missing}")
-    return absolute_url(url)
 
 
 def store_name(url: str) -> str:

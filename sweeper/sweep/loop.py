@@ -40,7 +40,7 @@ from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from sweeper.plan.preflight import one_line
 from sweeper.plan.sweep_plan import SweepPlan
-from sweeper.results import runs
+from sweeper.results import display, runs
 from sweeper.results.display import final_table, progress_line, say
 from sweeper.study import slots
 from sweeper.study.storage import Heartbeat
@@ -171,7 +171,7 @@ class SweepRunner:
 
     def _wait_for_others(self, study: optuna.Study) -> bool:
         """Nothing left to take; trials of other workers still run. True: look again."""
-        if not slots.Counts.of(study).running:
+        if not display.Counts.of(study).running:
             return False
         say(
             progress_line(study, self.search_sampler.planned, self.s.maximize)
@@ -181,7 +181,7 @@ class SweepRunner:
         return True
 
     def _check_failures(self, study: optuna.Study) -> None:
-        failed = slots.Counts.of(study).failed
+        failed = display.Counts.of(study).failed
         if failed > self.s.max_failure_rate * self.search_sampler.planned:
             raise FailureRateExceeded(
                 f"{failed} of {self.search_sampler.planned} planned trials failed, more than "
@@ -277,7 +277,7 @@ class SweepRunner:
         run; configurations already started finish, queued slots stay queued."""
         if not self.s.terminator or study.user_attrs.get(StudyAttr.STOPPED):
             return
-        if not slots.Counts.of(study).waiting:  # nothing left to stop
+        if not display.Counts.of(study).waiting:  # nothing left to stop
             return
         reason = terminator.stop_reason(
             study.get_trials(deepcopy=False),

@@ -97,9 +97,9 @@ class TrainConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
 
     # --- optimisation ---
-    # Measured on the tiny model (bench/README.md): 2e-3 lifts held-out reward from ~0.24 to
-    # ~0.35 in 40 steps; lr=auto (get_lr, calibrated on billion-parameter models) gives 4.3e-3,
-    # where this model collapses. For a real model by path, lr=auto is the place to start.
+    # The tiny model's lr (its lr scan: bench/README.md); lr=auto (get_lr, calibrated on
+    # billion-parameter models) would collapse it. For a real model by path, lr=auto is the
+    # place to start.
     lr: Any = 2e-3  # learning rate, or "auto": get_lr() from the model's hidden size and family
     lr_batch_scaling: bool = False  # scale lr by sqrt(batch_size / lr_reference_batch_size)
     lr_reference_batch_size: int = 16  # the batch size at which lr applies unscaled
@@ -126,7 +126,7 @@ class TrainConfig:
     # --- KL ---
     kl_penalty_coef: float = 0.0  # advantage_t += coef * (batch mean kl - kl_t), vs reference
     kl_discount_factor: float = 0.0  # >0 adds discounted future kl terms to each token
-    kl_threshold: float = 0.01  # warn (and let the sweeper prune) above this sampler-train KL
+    kl_threshold: float = 0.01  # the KL bound the default health rules scale from (rl/health.py)
     # Log kl_pre_post_v1/v2 (sampler vs the learner after the step's updates) every step: one
     # no-grad forward over the step's own rollouts. Off saves that forward.
     compute_post_kl: bool = True

@@ -48,8 +48,8 @@ class Task(Protocol):
         """Score one completion; `finished` is True when it ended with end-of-sequence."""
 
 
-# Where the trainer's layering (2026-11-24) moved the built-in tasks: a config saved before it (a
-# tuned file, an MLflow run's config.yaml) still names the old module, and keeps working.
+# Where the trainer's layering moved the built-in tasks: a config saved before it (a tuned
+# file, an MLflow run's config.yaml) still names the old module, and keeps working.
 MOVED_TASK_MODULES = {"trainer.tasks": "trainer.env.tasks"}
 
 
@@ -129,7 +129,7 @@ class AdditionTask(SplitTask):
     def __init__(
         self,
         num_digits: int = 2,
-        eval_size: int = 200,
+        eval_size: int = 400,
         seed: int = 0,
         rewards: list | None = None,
         reward_weights: list | None = None,

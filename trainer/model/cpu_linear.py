@@ -2,9 +2,10 @@
 
 torch's CPU wheel runs a float32 `F.linear` / `torch.mm` through MKL, and MKL on a CPU that is
 not Intel's takes its generic AVX2 code. oneDNN, in the same wheel
-(`torch.ops.mkldnn._linear_pointwise`), uses the AVX-512 the CPU has: on an AMD EPYC (Zen 5)
-it is about twice as fast at a real model's shapes, in float32, to float32's rounding
-(bench/BENCHMARKS.md). torch.compile does not do this for us: on x86 it keeps float32 linear
+(`torch.ops.mkldnn._linear_pointwise`), uses the AVX-512 the CPU has: faster at a real
+model's shapes on the AMD CPUs measured, in float32, to float32's rounding (the measured
+factors: bench/BENCHMARKS.md). Whether it is used is decided per host by a check on the
+model's own shapes (trainer/model/onednn_check.py). torch.compile does not do this for us: on x86 it keeps float32 linear
 layers on MKL (packed, with freezing) and takes oneDNN's op for bfloat16 and float16 only.
 `linear` takes it wherever it applies: the sampler's decoding, the learner's merged layers
 (trainer/model/merged_lora.py), the output layer's chunks (trainer/model/logprobs.py);

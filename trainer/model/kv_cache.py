@@ -42,8 +42,8 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 def prefill_shared(
     model: torch.nn.Module,
-    prompt_ids_DP: torch.Tensor,
-    prompt_mask_DP: torch.Tensor,
+    prompt_ids_DS: torch.Tensor,
+    prompt_mask_DS: torch.Tensor,
     prompt_of_N: torch.Tensor,
 ) -> tuple[torch.Tensor, DynamicCache, torch.Tensor, bool]:
     """Each distinct left-padded prompt run once, its keys and values then indexed out to the N
@@ -53,21 +53,21 @@ def prefill_shared(
     prompt position, and whether any prompt is padded: only then do the later calls need a mask
     (without one, transformers builds none and takes its causal fast path).
     """
-    padded = not bool(prompt_mask_DP.all())
-    positions_DP = (prompt_mask_DP.cumsum(-1) - 1).clamp(min=0)
+    padded = not bool(prompt_mask_DS.all())
+    positions_DS = (prompt_mask_DS.cumsum(-1) - 1).clamp(min=0)
     # Not transformers' StaticCache, which measured slower here (tiny model; 64 tokens on a
     # 512-wide one): it attends over its whole length under a mask. make_room's buffers do not.
     cache = DynamicCache(config=model.config)
     logits_DV = model(
-        input_ids=prompt_ids_DP,
-        attention_mask=prompt_mask_DP if padded else None,
-        position_ids=positions_DP,
+        input_ids=prompt_ids_DS,
+        attention_mask=prompt_mask_DS if padded else None,
+        position_ids=positions_DS,
         **with_cache(model, cache),
         use_cache=True,
         logits_to_keep=1,
     ).logits[:, -1]
     cache.batch_select_indices(prompt_of_N)
-    return logits_DV[prompt_of_N], cache, positions_DP[prompt_of_N, -1:], padded
+    return logits_DV[prompt_of_N], cache, positions_DS[prompt_of_N, -1:], padded
 
 
 class PreallocatedLayer(DynamicLayer):

@@ -163,8 +163,9 @@ class MergedLoRAFunction(torch.autograd.Function):
             # g M^T as a linear layer (oneDNN's product where it applies): of weight W' = M^T
             grad_x = linear(g, weight if ctx.fan_in_fan_out else weight.T)
             grad_x = grad_x.view(*grad_out.shape[:-1], grad_x.shape[-1])
-        # Both products reduce over the tokens into rank-wide results. MKL is up to 9x slower
-        # at g^T (x A^T), out x r, than at its transpose (x A^T)^T g, r x out (bench/BENCHMARKS.md).
+        # Both products reduce over the tokens into rank-wide results, computed in the order
+        # MKL is much faster at: (x A^T)^T g, r x out, not g^T (x A^T), out x r
+        # (bench/BENCHMARKS.md has the timings).
         if ctx.needs_input_grad[4]:
             grad_B = torch.mm((x2 @ lora_A.T).T, g).mul_(ctx.scale).T
         if ctx.needs_input_grad[3]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-# auto's memory for one micro-batch's saved activations: with it SmolLM2-135M at the default
-# 32 x 8 x 64 batch peaks near 4 GB (bench/BENCHMARKS.md), and the tiny model's default batch
-# is one piece. On a large GPU a bigger learner_batch_tokens is faster.
+# auto's memory for one micro-batch's saved activations (SmolLM2-135M's peak at the default
+# batch with it: bench/BENCHMARKS.md); the tiny model's default batch is one piece. On a large
+# GPU a bigger learner_batch_tokens is faster.
 ACTIVATION_BUDGET_BYTES = 2 * 2**30
 # Values a decoder layer keeps for the backward, per token, in units of its widths: about 16
 # of the hidden width (norms, q/k/v/o and attention, LoRA's inputs, residuals) and 6 of the

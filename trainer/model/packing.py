@@ -5,8 +5,8 @@ none of its siblings'.
 The learner's other way to run each prompt once is to run the prompts first and share their
 cached keys and values (`kv_cache.prefill_shared`). Both compute the same attention, so the
 log-probs and gradients are the same. Packing does it in one forward call instead of two, with
-no cache to index through in the backward: on the tiny model the learner's forward and backward
-run ~1.5x faster (bench/BENCHMARKS.md). Its cost is attention over the whole row under a dense mask
+no cache to index through in the backward: faster on the tiny model's short rows
+(bench/BENCHMARKS.md has the measurement). Its cost is attention over the whole row under a dense mask
 (row length squared per group), so it serves short rows only (`MAX_ROW_TOKENS`); long
 completions keep the shared cache.
 """
@@ -34,10 +34,10 @@ class PackedRows:
     columns_NT: torch.Tensor  # the columns whose logits predict each completion token
 
 
-def row_length(prompt_mask_DP: torch.Tensor, prompt_of_N: torch.Tensor, steps: int) -> int:
+def row_length(prompt_mask_DS: torch.Tensor, prompt_of_N: torch.Tensor, steps: int) -> int:
     """The longest row: a prompt's real tokens plus `steps` inputs for each of its rollouts."""
-    rollouts_D = torch.bincount(prompt_of_N, minlength=len(prompt_mask_DP))
-    return int((prompt_mask_DP.sum(-1) + rollouts_D * steps).max())
+    rollouts_D = torch.bincount(prompt_of_N, minlength=len(prompt_mask_DS))
+    return int((prompt_mask_DS.sum(-1) + rollouts_D * steps).max())
 
 
 def can_pack(model: torch.nn.Module, width: int) -> bool:
@@ -45,8 +45,8 @@ def can_pack(model: torch.nn.Module, width: int) -> bool:
 
 
 def pack_groups(
-    prompt_ids_DP: torch.Tensor,
-    prompt_mask_DP: torch.Tensor,
+    prompt_ids_DS: torch.Tensor,
+    prompt_mask_DS: torch.Tensor,
     prompt_of_N: torch.Tensor,
     inputs_NT: torch.Tensor,
 ) -> PackedRows:
@@ -54,18 +54,18 @@ def pack_groups(
     right-filled to the longest row. Positions restart after the prompt for every rollout, as
     if each ran alone after it. Filler columns see only filler, so no row of the softmax is
     empty; nothing reads them."""
-    num_prompts, prompt_width = prompt_ids_DP.shape
+    num_prompts, prompt_width = prompt_ids_DS.shape
     num_rollouts, steps = inputs_NT.shape
     device = inputs_NT.device
-    length_D = prompt_mask_DP.sum(-1)
+    length_D = prompt_mask_DS.sum(-1)
     rollouts_D = torch.bincount(prompt_of_N, minlength=num_prompts)
-    width = row_length(prompt_mask_DP, prompt_of_N, steps)
+    width = row_length(prompt_mask_DS, prompt_of_N, steps)
     columns_L = torch.arange(width, device=device)
 
     # The prompt's real tokens first (its left padding dropped), then filler.
     in_prompt_DL = columns_L < length_D[:, None]
     source_DL = (prompt_width - length_D[:, None] + columns_L).clamp(max=prompt_width - 1)
-    ids_DL = torch.where(in_prompt_DL, prompt_ids_DP.gather(1, source_DL), 0)
+    ids_DL = torch.where(in_prompt_DL, prompt_ids_DS.gather(1, source_DL), 0)
     positions_DL = torch.where(in_prompt_DL, columns_L, 0)
     segment_DL = torch.where(in_prompt_DL, PROMPT, FILLER)
 
@@ -95,26 +95,26 @@ def packed_logits(model: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
     columns from the first one read onward reach the output layer."""
     additive_DLL = additive_mask(rows, model.get_input_embeddings().weight.dtype)
     skipped = int(rows.columns_NT.min())
-    logits_DKV = model(
+    logits_DLV = model(
         input_ids=rows.ids_DL,
         position_ids=rows.positions_DL,
         attention_mask=additive_DLL[:, None],
         logits_to_keep=rows.ids_DL.shape[1] - skipped,
         use_cache=False,  # one call: a cache would only copy every layer's keys and values
     ).logits
-    return logits_DKV[rows.row_N[:, None], rows.columns_NT - skipped]
+    return logits_DLV[rows.row_N[:, None], rows.columns_NT - skipped]
 
 
 def packed_hidden(decoder: torch.nn.Module, rows: PackedRows) -> torch.Tensor:
     """packed_logits before the output layer: the decoder's final hidden states at
     rows.columns_NT (trainer/model/logprobs.py runs the output layer in chunks)."""
-    hidden_DLH = decoder(
+    hidden_DLF = decoder(
         input_ids=rows.ids_DL,
         position_ids=rows.positions_DL,
         attention_mask=additive_mask(rows, decoder.get_input_embeddings().weight.dtype)[:, None],
         use_cache=False,
     ).last_hidden_state
-    return hidden_DLH[rows.row_N[:, None], rows.columns_NT]
+    return hidden_DLF[rows.row_N[:, None], rows.columns_NT]
 
 
 def additive_mask(rows: PackedRows, dtype: torch.dtype) -> torch.Tensor:

@@ -164,8 +164,8 @@ class TokenBatch:
     tensors are aligned to completion tokens: position t is completion token t.
     """
 
-    prompt_ids_DP: torch.Tensor  # left-padded
-    prompt_mask_DP: torch.Tensor  # 1 on real prompt tokens
+    prompt_ids_DS: torch.Tensor  # left-padded
+    prompt_mask_DS: torch.Tensor  # 1 on real prompt tokens
     prompt_of_N: torch.Tensor
     completion_ids_NT: torch.Tensor  # right-padded
     mask_NT: torch.Tensor  # 1 on completion tokens
@@ -178,11 +178,11 @@ class TokenBatch:
     def select(self, rows: torch.Tensor) -> TokenBatch:
         """The given rollouts, with only the prompts they continue."""
         used_D, prompt_of_N = torch.unique(self.prompt_of_N[rows], return_inverse=True)
-        prompt_mask_DP = self.prompt_mask_DP[used_D]
-        width = int(prompt_mask_DP.sum(-1).max())  # drop the columns that are padding only
+        prompt_mask_DS = self.prompt_mask_DS[used_D]
+        width = int(prompt_mask_DS.sum(-1).max())  # drop the columns that are padding only
         return TokenBatch(
-            self.prompt_ids_DP[used_D, -width:],
-            prompt_mask_DP[:, -width:],
+            self.prompt_ids_DS[used_D, -width:],
+            prompt_mask_DS[:, -width:],
             prompt_of_N,
             self.completion_ids_NT[rows],
             self.mask_NT[rows],
@@ -193,7 +193,7 @@ class TokenBatch:
 
 def collate(rollouts: list[Rollout], pad_id: int) -> TokenBatch:
     prompt_row = {p: d for d, p in enumerate(dict.fromkeys(tuple(r.prompt_ids) for r in rollouts))}
-    prompt_ids_DP, prompt_mask_DP = left_pad([list(p) for p in prompt_row], pad_id)
+    prompt_ids_DS, prompt_mask_DS = left_pad([list(p) for p in prompt_row], pad_id)
     prompt_of_N = torch.tensor([prompt_row[tuple(r.prompt_ids)] for r in rollouts])
     # One tensor from padded lists: one copy, not one per rollout.
     width = max(len(r.completion_ids) for r in rollouts)
@@ -201,7 +201,7 @@ def collate(rollouts: list[Rollout], pad_id: int) -> TokenBatch:
     mask = torch.tensor([right_pad([1.0] * len(r.completion_ids), width, 0.0) for r in rollouts])
     sampler_logp = torch.tensor([right_pad(r.sampler_logps, width, 0.0) for r in rollouts])
     finished = torch.tensor([float(r.finished) for r in rollouts])
-    return TokenBatch(prompt_ids_DP, prompt_mask_DP, prompt_of_N, ids, mask, sampler_logp, finished)
+    return TokenBatch(prompt_ids_DS, prompt_mask_DS, prompt_of_N, ids, mask, sampler_logp, finished)
 
 
 def right_pad(row: list, width: int, value: float) -> list:
@@ -229,10 +229,10 @@ def token_logprobs(
     if head is None:  # the model's own logits, scored in chunks
         logits_NTV = completion_logits(model, batch)
         return logprobs.chunked_logprobs(logits_NTV, ids_NT, temperature, None, with_entropy)
-    first_NV, hidden_NTH = completion_hidden(model, batch)
+    first_NV, hidden_NTF = completion_hidden(model, batch)
     scored_NT = ids_NT if first_NV is None else ids_NT[:, 1:]
     parts = [
-        logprobs.chunked_logprobs(hidden_NTH, scored_NT, temperature, head.weight, with_entropy)
+        logprobs.chunked_logprobs(hidden_NTF, scored_NT, temperature, head.weight, with_entropy)
     ]
     if first_NV is not None:  # the prompt's last position, from the prefill's logits
         first = logprobs.chunked_logprobs(
@@ -250,9 +250,9 @@ def completion_logits(model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor
     longer ones run their prompts first and share the cache (the same attention either way)."""
     inputs_NT = batch.completion_ids_NT[:, :-1]  # the last token predicts nothing we score
     steps = inputs_NT.shape[1]
-    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DP, batch.prompt_of_N, steps)):
+    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DS, batch.prompt_of_N, steps)):
         rows = packing.pack_groups(
-            batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
+            batch.prompt_ids_DS, batch.prompt_mask_DS, batch.prompt_of_N, inputs_NT
         )
         return packing.packed_logits(model, rows)
     return shared_prefix_logits(model, batch, inputs_NT)
@@ -267,14 +267,14 @@ def completion_hidden(
     inputs_NT = batch.completion_ids_NT[:, :-1]
     steps = inputs_NT.shape[1]
     decoder = model.get_decoder()
-    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DP, batch.prompt_of_N, steps)):
+    if packing.can_pack(model, packing.row_length(batch.prompt_mask_DS, batch.prompt_of_N, steps)):
         rows = packing.pack_groups(
-            batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N, inputs_NT
+            batch.prompt_ids_DS, batch.prompt_mask_DS, batch.prompt_of_N, inputs_NT
         )
         return None, packing.packed_hidden(decoder, rows)
     with prefill_unchecked(model):
         first_NV, cache, last_N1, padded = prefill_shared(
-            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+            model, batch.prompt_ids_DS, batch.prompt_mask_DS, batch.prompt_of_N
         )
     if steps == 0:
         return first_NV, first_NV.new_zeros(len(first_NV), 0, decoder.config.hidden_size)
@@ -296,7 +296,7 @@ def completion_inputs(
     attention_mask = None
     if padded:
         attention_mask = torch.cat(
-            [batch.prompt_mask_DP[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
+            [batch.prompt_mask_DS[batch.prompt_of_N], torch.ones_like(inputs_NT)], dim=1
         )
     steps_T = torch.arange(1, inputs_NT.shape[1] + 1, device=inputs_NT.device)
     return dict(
@@ -315,7 +315,7 @@ def shared_prefix_logits(
     out to its rollouts, whose completions run against them in a second call."""
     with prefill_unchecked(model):
         first_NV, cache, last_N1, padded = prefill_shared(
-            model, batch.prompt_ids_DP, batch.prompt_mask_DP, batch.prompt_of_N
+            model, batch.prompt_ids_DS, batch.prompt_mask_DS, batch.prompt_of_N
         )
     if inputs_NT.shape[1] == 0:
         return first_NV[:, None]

@@ -1,6 +1,7 @@
 """The GRPO math as pure tensor functions, each tested on hand-computed numbers.
 
-Shape suffixes: P problems, G rollouts per problem (group), N sequences (= P x G), T tokens.
+Shape suffixes (docs/glossary.md has the legend): P problems, G rollouts per problem (group),
+N sequences (= P x G), T completion tokens.
 Every per-token tensor comes with a 0/1 `mask_NT` marking action (completion) tokens.
 """
 
@@ -110,14 +111,14 @@ def kl_sample_train(
 
 
 def minibatch_rows(
-    batch_size: int, group_size: int, num_substeps: int, keep_P: torch.Tensor | None = None
+    num_groups: int, group_size: int, num_substeps: int, keep_P: torch.Tensor | None = None
 ) -> list[torch.Tensor]:
     """Rollout rows of each minibatch: problems split into num_substeps contiguous chunks,
     every rollout of a problem in the same chunk; problems not in keep_P are left out and a
     chunk left empty is dropped (no optimizer step without data).
     """
     minibatches = []
-    for problems in torch.arange(batch_size).chunk(num_substeps):
+    for problems in torch.arange(num_groups).chunk(num_substeps):
         if keep_P is not None:
             problems = problems[keep_P[problems]]
         if len(problems):

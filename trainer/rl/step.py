@@ -142,13 +142,13 @@ def train_on_groups(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
     groups: Groups,
-    num_minibatches: int,
+    num_substeps: int,
 ) -> dict[str, float]:
-    """The training step every pipeline shares: num_minibatches minibatches of whole groups,
+    """The training step every pipeline shares: num_substeps minibatches of whole groups,
     one optimizer step each, then the post-update KL on the groups' own rollouts."""
     started = time.perf_counter()
     prepared = prepare(cfg, policy, groups)
-    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_minibatches, prepared.keep_P)
+    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_substeps, prepared.keep_P)
     updates = []
     for rows in rows_M:
         update = backward(cfg, policy, prepared, rows)
@@ -283,7 +283,7 @@ def learner_tokens(cfg: DictConfig, shape) -> int:
 
 def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
     """The learner's micro-batches of these rollouts (trainer/model/micro_batches.py)."""
-    prompt_tokens_D = batch.prompt_mask_DP.sum(-1)
+    prompt_tokens_D = batch.prompt_mask_DS.sum(-1)
     width = batch.completion_ids_NT.shape[1]
     return micro_batches.split_rows(rows, batch.prompt_of_N, prompt_tokens_D, width, budget)
 

@@ -79,12 +79,12 @@ class TorchSampler:
         used = list(dict.fromkeys(rows_N))
         local = {d: i for i, d in enumerate(used)}
         prompt_rows_N = torch.tensor([local[d] for d in rows_N], device=device)
-        input_ids_DP, attention_mask_DP = left_pad([ids_D[d] for d in used], tok.pad_token_id)
+        input_ids_DS, attention_mask_DS = left_pad([ids_D[d] for d in used], tok.pad_token_id)
         with self.policy.inference() as model:
             tokens_NT, logp_NT = decode(
                 model,
-                input_ids_DP.to(device),
-                attention_mask_DP.to(device),
+                input_ids_DS.to(device),
+                attention_mask_DS.to(device),
                 prompt_rows_N,
                 settings,
                 tok.eos_token_id,
@@ -124,8 +124,8 @@ def draw(probs_NV: torch.Tensor) -> torch.Tensor:
 
 def decode(
     model: torch.nn.Module,
-    input_ids_DP: torch.Tensor,
-    attention_mask_DP: torch.Tensor,
+    input_ids_DS: torch.Tensor,
+    attention_mask_DS: torch.Tensor,
     prompt_rows_N: torch.Tensor,
     settings: SamplingSettings,
     eos_id: int,
@@ -141,12 +141,12 @@ def decode(
     """
     warpers = logits_warpers(settings)
     logits_NV, cache, position_N1, padded = prefill_shared(
-        model, input_ids_DP, attention_mask_DP, prompt_rows_N
+        model, input_ids_DS, attention_mask_DS, prompt_rows_N
     )
     make_room(cache, settings.max_tokens - 1)  # the last token drawn is never fed back
-    mask_NL = attention_mask_DP[prompt_rows_N]
-    seen_NL = input_ids_DP[prompt_rows_N]  # what the repetition penalty looks at
-    ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DP.device)
+    mask_NL = attention_mask_DS[prompt_rows_N]
+    seen_NL = input_ids_DS[prompt_rows_N]  # what the repetition penalty looks at
+    ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DS.device)
     tokens, logps = [], []
     for t in range(settings.max_tokens):
         scores_NV = logits_NV.float() / settings.temperature
