@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import sweep_env
+from conftest import needs_trl, sweep_env
 from mlflow import MlflowClient
 
 from trainer.base import metrics as metrics_names
@@ -28,9 +28,12 @@ def run_trainer(cwd: Path, *overrides: str, hang_at: str = "") -> subprocess.Com
 
 
 @pytest.mark.slow
-def test_a_hung_reward_times_out_scores_zero_and_the_run_finishes(tmp_path):
+@pytest.mark.parametrize("backend", ["ours", pytest.param("trl", marks=needs_trl)])
+def test_a_hung_reward_times_out_scores_zero_and_the_run_finishes(tmp_path, backend):
+    # Both backends score a step's 8 rollouts in one batch after the 4 baseline-eval calls:
+    # calls 6 and 15 fall in steps 1 and 2.
     done = run_trainer(
-        tmp_path, "max_steps=3", "task.reward_timeout=1",
+        tmp_path, f"backend={backend}", "max_steps=3", "task.reward_timeout=1",
         "task.rewards=[{_target_:user_rewards.hangs_twice}]", hang_at="6,15",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

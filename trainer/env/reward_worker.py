@@ -183,8 +183,12 @@ class ChildReward:
         answers, timeouts = self.worker.run(OURS, self.name, calls)
         return [0.0 if a is None else a for a in answers], timeouts
 
+    def trl_batch(self, columns: dict) -> tuple[list, int]:
+        """A TRL-style call's scores, and 1 when it timed out (each completion then scores 0)."""
+        (answer,), timeouts = self.worker.run(TRL, self.name, [columns])
+        return ([0.0] * len(columns["completions"]) if answer is None else answer), timeouts
+
     def __call__(self, *args, **columns):
         if self.style == OURS:
             return self.batch([args])[0][0]
-        (answer,), _ = self.worker.run(TRL, self.name, [columns])
-        return [0.0] * len(columns["completions"]) if answer is None else answer
+        return self.trl_batch(columns)[0]

@@ -143,7 +143,8 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     checkpoint = latest(cfg.output_dir) if cfg.resume else None
     main = trainer.accelerator.is_main_process
     evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
-    reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, checkpoint is not None)
+    resumed = checkpoint is not None
+    reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts)
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
     if checkpoint is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from transformers import TrainerCallback
 
+from trainer.backends.trl.data import TimeoutCount
 from trainer.base import metrics as metrics_names
 from trainer.run.train import NonFiniteError
 
@@ -55,9 +56,16 @@ class Reporting(TrainerCallback):
     step_kls(post_update) -> the KLs of the step just trained (every rank)."""
 
     def __init__(
-        self, cfg, reporter, evaluate: Callable | None, step_kls: Callable, resumed: bool
+        self,
+        cfg,
+        reporter,
+        evaluate: Callable | None,
+        step_kls: Callable,
+        resumed: bool,
+        timeouts: TimeoutCount | None = None,
     ) -> None:
         self.cfg, self.reporter, self.evaluate, self.step_kls = cfg, reporter, evaluate, step_kls
+        self.timeouts = timeouts
         self.substeps = int(cfg.num_substeps)
         self.resumed = resumed
         self.error: BaseException | None = None
@@ -86,6 +94,8 @@ class Reporting(TrainerCallback):
         step = state.global_step // self.substeps
         metrics = our_metrics(logs)
         metrics.update(self.step_kls(bool(self.cfg.compute_post_kl)))
+        if self.timeouts is not None:
+            metrics[metrics_names.REWARD_TIMEOUTS] = self.timeouts.take()
         eval_every = self.cfg.eval_every
         if step == self.cfg.max_steps or (eval_every and step % eval_every == 0):
             metrics.update(self.eval_metrics())

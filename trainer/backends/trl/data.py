@@ -45,11 +45,25 @@ PROBLEM_INDEX = "problem_index"  # the dataset column that names a row's Problem
 
 
 @dataclass
+class TimeoutCount:
+    """Training reward calls past task.reward_timeout since the last report: the callback
+    reports them as reward/timeouts, as our backend does (this process's calls: rank 0's in a
+    run of several)."""
+
+    calls: int = 0
+
+    def take(self) -> float:
+        taken, self.calls = self.calls, 0
+        return float(taken)
+
+
+@dataclass
 class TrainingData:
     rows: list[dict[str, Any]]  # the dataset's rows, in training order
     prompt_ids: dict[str, list[int]]  # a prompt's text -> our token ids for it
     reward_funcs: list[Callable]
     reward_weights: list[float]
+    timeouts: TimeoutCount | None = None  # None: no reward runs under a time limit
 
 
 def extra_columns(task_cfg: DictConfig) -> Callable[[Problem], dict[str, Any]]:
@@ -90,18 +104,26 @@ def training_data(
     rewards = getattr(task, "rewards", None)
     if not isinstance(rewards, RewardSet):
         return TrainingData(
-            rows, prompt_ids, [_ours("reward", None, task, problems, eos_ids)], [1.0]
+            rows, prompt_ids, [_ours("reward", None, task, problems, eos_ids, None)], [1.0]
         )
+    count = None if rewards.worker is None else TimeoutCount()
     funcs = []
     for name, fn in zip(rewards.names, rewards.fns, strict=True):
         if isinstance(fn, TrlStyleReward):
-            funcs.append(_checked_trl(name, fn.fn))
+            funcs.append(_checked_trl(name, fn.fn, count))
         else:
-            funcs.append(_ours(name, fn, task, problems, eos_ids))
-    return TrainingData(rows, prompt_ids, funcs, list(rewards.weights))
+            funcs.append(_ours(name, fn, task, problems, eos_ids, count))
+    return TrainingData(rows, prompt_ids, funcs, list(rewards.weights), count)
 
 
-def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[int]):
+def _ours(
+    name: str,
+    fn,
+    task: Task,
+    problems: list[Problem],
+    eos_ids: Sequence[int],
+    count: TimeoutCount | None,
+):
     """One of our rewards as TRL's batched reward function; fn None: the task's own reward."""
 
     def reward(prompts, completions, completion_ids, **columns) -> list[float]:
@@ -114,7 +136,9 @@ def _ours(name: str, fn, task: Task, problems: list[Problem], eos_ids: Sequence[
         if fn is None:
             return [total for total, _ in score_batch(task, calls)[0]]
         if hasattr(fn, "batch"):  # a reward in the worker process: one batch, time-limited
-            return fn.batch(calls)[0]
+            values, timeouts = fn.batch(calls)
+            count.calls += timeouts
+            return values
         return [call_reward(name, fn, *call) for call in calls]
 
     reward.__name__ = name  # TRL logs rewards/<__name__>/mean
@@ -136,20 +160,20 @@ def _for_worker(columns: dict[str, Any]) -> dict[str, Any]:
     return sent
 
 
-def _checked_trl(name: str, fn):
+def _checked_trl(name: str, fn, count: TimeoutCount | None):
     """A TRL-style reward with our one-line errors; None (no score) passes as TRL reads it."""
 
+    def call(**columns) -> list:
+        if not isinstance(fn, ChildReward):
+            return list(fn(**columns))
+        values, timeouts = fn.trl_batch(_for_worker(columns))
+        count.calls += timeouts
+        return list(values)
+
     def reward(prompts, completions, completion_ids, **columns) -> list[float | None]:
-        if isinstance(fn, ChildReward):
-            columns = _for_worker(columns)
         try:
-            values = list(
-                fn(
-                    prompts=prompts,
-                    completions=completions,
-                    completion_ids=completion_ids,
-                    **columns,
-                )
+            values = call(
+                prompts=prompts, completions=completions, completion_ids=completion_ids, **columns
             )
         except RewardError:  # named already (by the worker process)
             raise
