@@ -45,3 +45,13 @@ def hangs_trl(completions, **_) -> list[float]:
 
     time.sleep(3600)
     return [0.0] * len(completions)
+
+
+def always_one(problem, completion: str, finished: bool) -> float:
+    """Every completion scores alike: no group has an advantage to learn from."""
+    return 1.0
+
+
+def longer_is_better(problem, completion: str, finished: bool) -> float:
+    """Pays for length: a policy trained on it stops ending its answers."""
+    return float(len(completion))
