@@ -8,8 +8,12 @@ import pytest
 from conftest import run_sweep, study_in
 
 from analysis import forecast as fc
-from analysis.records import TrialAttr
+from analysis import records
+from analysis.records import StudyAttr, TrialAttr
 from sweeper.plan.breaches import breached
+from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter
+from trainer.base.metrics import EVAL_REWARD, stderr_of
+from trainer.rl.health import FORECAST, HealthMonitor, default_rules, is_unsafe
 
 
 def test_flat_is_the_weighted_mean_of_the_last_half():
@@ -67,3 +71,62 @@ def test_the_forecast_prunes_a_collapsing_lr_early_and_keeps_a_learning_one(tmp_
     assert f"(t{trials[2e-3].number})" in line
     assert f"forecast: {line}" in done.stdout  # the final table's note
     assert not breached(collapsed)  # a forecast's stop is not a health breach
+
+
+class LoggedRun:
+    """What the reporter writes to MLflow, kept in memory."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, dict[int, float]] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, step, values) -> None:
+        for key, value in values.items():
+            self.metrics.setdefault(key, {})[step] = value
+
+    def set_tags(self, tags) -> None:
+        self.tags.update(tags)
+
+
+def forecast_reporter(incumbent_value: float, seeds: int = 1):
+    """A TrialReporter on a live trial of an in-memory study whose best completed trial scored
+    `incumbent_value` (stderr 0.02), with the default health rules and pruner=forecast."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
+    study.set_user_attr(StudyAttr.SEEDS, seeds)
+    best = study.ask()
+    best.set_user_attr(records.replicate_key(0), _replicate(0, incumbent_value))
+    study.tell(best, incumbent_value)
+    trial = study.ask()
+    run = LoggedRun()
+    reporter = TrialReporter(run, trial, EVAL_REWARD, HealthMonitor(default_rules()), True, False)
+    reporter.forecaster = Forecaster(trial, final_step=50, level=0.75, maximize=True)
+    return reporter, run
+
+
+def _replicate(seed: int, value: float | None, state: str = "COMPLETE") -> dict:
+    return records.Replicate(seed, state, value, 0.02, 50, 0.3, "", None).as_attr()
+
+
+def evals(value: float) -> dict[str, float]:
+    return {EVAL_REWARD: value, stderr_of(EVAL_REWARD): 0.02}
+
+
+def test_a_collapse_at_an_eval_step_is_a_health_breach_not_a_forecast_stop():
+    """At step 10 eval falls from 0.3 to 0: eval_collapse fires and the forecast cannot reach
+    the incumbent's 0.5 either; the health rule is checked first and is what prunes."""
+    reporter, _ = forecast_reporter(0.5)
+    reporter.report(0, evals(0.3))
+    with pytest.raises(TrialPruned) as pruned:
+        reporter.report(10, evals(0.0))
+    assert pruned.value.breach.rule == "eval_collapse"
+    assert is_unsafe(pruned.value.breach.as_dict())  # health_breach: its region is unsafe
+
+
+def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
+    reporter, run = forecast_reporter(0.5)
+    reporter.report(0, evals(0.3))
+    with pytest.raises(TrialPruned) as pruned:
+        reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
+    assert pruned.value.breach.check == FORECAST
+    assert set(run.metrics[records.FORECAST_MEAN]) == {10}

@@ -115,21 +115,25 @@ class TrialReporter:
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
         value = metrics.get(self.objective)
-        if value is not None and math.isfinite(value):
-            if self.reports_to_optuna:
-                self.trial.report(value, step)
-                if self.prune_on_objective and self.trial.should_prune():
-                    raise TrialPruned(None)
-            if self.forecaster is not None:
-                stderr = metrics.get(stderr_of(self.objective))
-                stop = self.forecaster.judge(step, value, stderr, self.run)
-                if stop is not None:
-                    raise TrialPruned(stop)
+        known = value is not None and math.isfinite(value)
+        if known and self.reports_to_optuna:
+            self.trial.report(value, step)
+        # Health first: a run collapsing at an eval step is a health breach (it marks its
+        # configuration unsafe), not a forecast's or the objective pruner's stop.
         fired = self.monitor.breaches(step, metrics)
         self.record_warnings(step, fired)
         breach = first_to_prune(fired)
         if breach is not None:
             raise TrialPruned(breach)
+        if not known:
+            return
+        if self.prune_on_objective and self.trial.should_prune():
+            raise TrialPruned(None)
+        if self.forecaster is not None:
+            stderr = metrics.get(stderr_of(self.objective))
+            stop = self.forecaster.judge(step, value, stderr, self.run)
+            if stop is not None:
+                raise TrialPruned(stop)
 
     def record_warnings(self, step: int, fired: list[Breach]) -> None:
         """A warning rule's first firing: a tag with its line and a metric at its step."""
