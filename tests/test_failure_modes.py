@@ -10,10 +10,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import mlflow_uri, run_sweep, study_in, sweep_env
+from conftest import mlflow_uri, run_sweep, study_in, study_uri, sweep_env
 from mlflow.tracking import MlflowClient
 
+from analysis.load import load_study
 from analysis.records import WARNING_METRIC_PREFIX, Tag, TrialAttr
+from analysis.report import leaderboard_rows
 from trainer.base import metrics
 from trainer.rl.health import HealthMonitor, failure_mode_rules
 
@@ -68,6 +70,14 @@ def test_truncation_is_flagged_and_a_healthy_default_run_is_not(tmp_path):
     assert cut["truncation"].startswith("truncation: completions/truncated=1 > 0.9 at step 5")
     assert "no_learning_signal" in cut
     assert warnings_of(tmp_path, trials[(8,)]) == {}
+    # Listed in the final table's note and in the report's leaderboard.
+    assert f"warning {cut['truncation']}" in done.stdout
+    data = load_study(study_uri(tmp_path))
+    notes = {t.number: t.note for t in data.trials}
+    assert f"warning {cut['truncation']}" in notes[trials[(1,)].number]
+    assert notes[trials[(8,)].number] == ""
+    rows = leaderboard_rows(data)[1]
+    assert any(f"warning {cut['truncation']}" in cell for row in rows for cell in row)
 
 
 @pytest.mark.slow

@@ -102,7 +102,7 @@ class TrialReporter:
         self.last: dict[str, float] = {}  # last value of every metric
         self.steps_run = 0
         self.baseline: float | None = None
-        self.warned: set[str] = set()
+        self.warnings: dict[str, str] = {}  # rule -> its first firing's line
         self.forecaster: Forecaster | None = None  # pruner=forecast
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -138,9 +138,9 @@ class TrialReporter:
     def record_warnings(self, step: int, fired: list[Breach]) -> None:
         """A warning rule's first firing: a tag with its line and a metric at its step."""
         for breach in fired:
-            if breach.action != Action.warn.value or breach.rule in self.warned:
+            if breach.action != Action.warn.value or breach.rule in self.warnings:
                 continue
-            self.warned.add(breach.rule)
+            self.warnings[breach.rule] = str(breach)
             log.warning("t%s warning: %s", self.trial.number, breach)
             self.run.set_tags({Tag.WARNING_PREFIX + breach.rule: str(breach)})
             self.run.log_metrics(step, {records.WARNING_METRIC_PREFIX + breach.rule: 1.0})
@@ -354,6 +354,7 @@ def outcome(
         breach=breach,
         per_problem=tuple(per_problem) if per_problem is not None else None,
         resumed_from_step=resumed,
+        warnings=tuple(reporter.warnings.values()),
     )
 
 
