@@ -44,6 +44,7 @@ from trainer.base.metrics import (
     REWARD,
     stderr_of,
 )
+from trainer.rl.health import FORECAST
 from trainer.run.database import DatabaseUnreachable, retried, scheme, shown_url
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
@@ -242,6 +243,8 @@ def history_metrics(data: StudyData) -> list[str]:
     wanted = [REWARD, EVAL_REWARD, stderr_of(EVAL_REWARD), data.objective, *KL_METRICS]
     wanted += [m for m in watched_metrics(data.attrs) if m in KL_MEANING]
     wanted += [ENTROPY, *GROUP_METRICS]
+    if data.attrs.get(StudyAttr.PRUNER) == FORECAST:  # drawn on the eval curves
+        wanted += [records.FORECAST_MEAN, records.FORECAST_HIGH]
     return list(dict.fromkeys(wanted))
 
 

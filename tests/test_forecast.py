@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import optuna
 import pytest
-from conftest import run_sweep, study_in
+from conftest import mlflow_uri, run_sweep, study_in, study_uri
+from mlflow.tracking import MlflowClient
 
 from analysis import forecast as fc
 from analysis import records
+from analysis.load import load_study
+from analysis.plot_style import FORECAST_GID
+from analysis.plots import reward_curves
 from analysis.records import StudyAttr, TrialAttr
 from sweeper.plan.breaches import breached
 from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter
@@ -130,3 +134,22 @@ def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
         reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
     assert pruned.value.breach.check == FORECAST
     assert set(run.metrics[records.FORECAST_MEAN]) == {10}
+
+
+@pytest.mark.slow
+def test_a_forecast_sweep_logs_the_forecast_at_each_eval_step(tmp_path):
+    """Evals at 0, 2, 4, 6: a forecast needs two points and none is made at the last step."""
+    done = run_sweep(
+        tmp_path, "max_steps=6", "eval_every=2", "batch_size=8", "group_size=4",
+        "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    client = MlflowClient(mlflow_uri(tmp_path))
+    run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
+    for name in (records.FORECAST_MEAN, records.FORECAST_HIGH):
+        assert {m.step for m in client.get_metric_history(run_id, name)} == {2, 4}
+    data = load_study(study_uri(tmp_path))
+    _, evals = reward_curves(data).axes
+    (line,) = [ln for ln in evals.lines if ln.get_gid() == FORECAST_GID]
+    assert list(line.get_xdata()) == [2, 4]
