@@ -1,5 +1,8 @@
-"""The forecast of a trial's final objective (hand-computed fits), and the forecasting pruner in
-a real sweep: a collapsing lr is stopped early with the forecast's reason, a learning one kept."""
+"""The forecast of a trial's final objective (hand-computed fits, a configuration's seeds
+pooled), the reporter's order at an eval step (health rules first), and the
+forecasting pruner in real sweeps: the forecast logged at each eval step and
+drawn on the report's eval curves, a collapsing lr stopped early with the forecast's reason, a
+learning one kept."""
 
 from __future__ import annotations
 
@@ -80,7 +83,8 @@ def test_the_forecast_prunes_a_collapsing_lr_early_and_keeps_a_learning_one(tmp_
 class LoggedRun:
     """What the reporter writes to MLflow, kept in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, client=None) -> None:
+        self.client = client  # where the other seeds' runs are read
         self.metrics: dict[str, dict[int, float]] = {}
         self.tags: dict[str, str] = {}
 
@@ -92,9 +96,12 @@ class LoggedRun:
         self.tags.update(tags)
 
 
-def forecast_reporter(incumbent_value: float, seeds: int = 1):
-    """A TrialReporter on a live trial of an in-memory study whose best completed trial scored
-    `incumbent_value` (stderr 0.02), with the default health rules and pruner=forecast."""
+def forecast_reporter(
+    incumbent_value: float, seeds: int = 1, seed: int = 0, client=None, rules=None
+):
+    """A TrialReporter for `seed` on a live trial of an in-memory study whose best completed
+    trial scored `incumbent_value` (stderr 0.02), with the default health rules and
+    pruner=forecast (or `rules`)."""
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
     study.set_user_attr(StudyAttr.SEEDS, seeds)
@@ -102,9 +109,16 @@ def forecast_reporter(incumbent_value: float, seeds: int = 1):
     best.set_user_attr(records.replicate_key(0), _replicate(0, incumbent_value))
     study.tell(best, incumbent_value)
     trial = study.ask()
-    run = LoggedRun()
-    reporter = TrialReporter(run, trial, EVAL_REWARD, HealthMonitor(default_rules()), True, False)
-    reporter.forecaster = Forecaster(trial, final_step=50, level=0.75, maximize=True)
+    run = LoggedRun(client)
+    reporter = TrialReporter(
+        run,
+        trial,
+        EVAL_REWARD,
+        HealthMonitor(default_rules() if rules is None else rules),
+        True,
+        False,
+    )
+    reporter.forecaster = Forecaster(trial, final_step=50, level=0.75, maximize=True, seed=seed)
     return reporter, run
 
 
@@ -153,3 +167,36 @@ def test_a_forecast_sweep_logs_the_forecast_at_each_eval_step(tmp_path):
     _, evals = reward_curves(data).axes
     (line,) = [ln for ln in evals.lines if ln.get_gid() == FORECAST_GID]
     assert list(line.get_xdata()) == [2, 4]
+
+
+def test_pooled_curve_is_the_mean_over_the_seeds_that_reached_each_step():
+    a = {0: (0.3, 0.03), 10: (0.5, 0.04)}
+    b = {0: (0.2, 0.04), 10: (0.3, 0.03), 20: (0.4, 0.02)}
+    steps, values, stderrs = fc.pooled_curve([a, b], up_to=20)
+    assert steps == [0, 10, 20]
+    assert values == pytest.approx([0.25, 0.4, 0.4])  # step 20: b alone
+    assert stderrs == pytest.approx([0.025, 0.025, 0.02])  # sqrt(0.03^2 + 0.04^2) / 2
+    assert fc.pooled_curve([a, b], up_to=10)[0] == [0, 10]  # not past the asking seed's step
+
+
+def test_a_seed_that_alone_cannot_win_is_kept_while_its_configuration_can(tmp_path):
+    """Seed 1 collapses to 0 at step 10 (alone it cannot reach the incumbent's 0.5: the test
+    above), seed 0 (its MLflow run) reached 0.9. Pooled: 0.3 at step 0, 0.45 at step 10; the
+    power law through them, a + b / sqrt(s + 1) with b = -0.15 / (1 - 1/sqrt(11)) = -0.2147
+    and a = 0.5147, reads 0.4847 at step 50, whose optimistic bound passes the incumbent's
+    0.5 - 0.674 x 0.02 = 0.4865 at level 0.75."""
+    alone, _ = forecast_reporter(0.5, rules=[])
+    alone.report(0, evals(0.3))
+    with pytest.raises(TrialPruned):
+        alone.report(10, evals(0.0))
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    other = client.create_run(client.create_experiment("grpo")).info.run_id
+    for step, value in ((0, 0.3), (10, 0.9)):
+        client.log_metric(other, EVAL_REWARD, value, step=step)
+        client.log_metric(other, stderr_of(EVAL_REWARD), 0.02, step=step)
+    reporter, run = forecast_reporter(0.5, seeds=2, seed=1, client=client, rules=[])
+    started = records.Replicate(0, "RUNNING", None, None, 10, 0.3, "", other)
+    reporter.trial.set_user_attr(records.replicate_key(0), started.as_attr())
+    reporter.report(0, evals(0.3))
+    reporter.report(10, evals(0.0))  # health off: only the forecast could stop it
+    assert run.metrics[records.FORECAST_MEAN][10] == pytest.approx(0.4847, abs=1e-3)

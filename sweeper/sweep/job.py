@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from analysis import forecast, records
+from analysis.load import history
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
 from sweeper import optuna_adapter as oa
@@ -147,28 +148,37 @@ class TrialReporter:
 
 
 class Forecaster:
-    """pruner=forecast: at each eval step, the trial's final objective forecast from its curve
-    so far (analysis/forecast.py), logged, and a stop once its optimistic bound cannot reach
-    the best completed configuration's pessimistic value."""
+    """pruner=forecast: at each eval step, the configuration's final objective forecast from
+    its curve so far (analysis/forecast.py), logged, and a stop once its optimistic bound
+    cannot reach the best completed configuration's pessimistic value.
+
+    A configuration's seeds are pooled: each seed forecasts the configuration's curve, at each
+    eval step up to its own the mean over the seeds that reached that step (the other seeds'
+    evals read from their MLflow runs, found through their replicate records). So a seed that
+    alone could not win is kept while its configuration's mean can, and a stop is the
+    configuration's, whichever seed says it."""
 
     said_no_incumbent = False  # "nothing to compare with" is said once per process
 
-    def __init__(self, trial: optuna.Trial, final_step: int, level: float, maximize: bool):
+    def __init__(
+        self, trial: optuna.Trial, final_step: int, level: float, maximize: bool, seed: int = 0
+    ):
         self.trial = trial
         self.final_step = final_step
         self.level = level
         self.sign = 1.0 if maximize else -1.0  # forecasts read higher-is-better
-        self.steps: list[int] = []
-        self.values: list[float] = []
-        self.stderrs: list[float | None] = []
+        self.seed = seed
+        self.objective = trial.study.user_attrs[StudyAttr.OBJECTIVE]
+        self.curve: dict[int, tuple[float, float | None]] = {}  # this seed's {step: (value, se)}
 
     def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
-        self.steps.append(step)
-        self.values.append(self.sign * value)
-        self.stderrs.append(stderr)
+        self.curve[step] = (value, stderr)
         if step >= self.final_step:
             return None
-        fc = forecast.forecast(self.steps, self.values, self.stderrs, self.final_step, self.level)
+        curves = [self.curve, *self.other_seeds(run.client)]
+        steps, values, stderrs = forecast.pooled_curve(curves, up_to=step)
+        signed = [self.sign * v for v in values]
+        fc = forecast.forecast(steps, signed, stderrs, self.final_step, self.level)
         if fc is None:
             return None
         run.log_metrics(
@@ -188,12 +198,25 @@ class Forecaster:
         low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
         if not forecast.cannot_win(fc, low):
             return None
-        text = (
-            f"{self.trial.study.user_attrs[StudyAttr.OBJECTIVE]} {_signed(fc, self.sign)} "
-            f"< best {best_value:.3g} (t{number})"
-        )
+        text = f"{self.objective} {_signed(fc, self.sign)} < best {best_value:.3g} (t{number})"
         return Breach("forecast", "", self.sign * fc.mean, best_value, step, FORECAST, "",
                       Action.prune.value, text)  # fmt: skip
+
+    def other_seeds(self, client: Any) -> list[dict[int, tuple[float, float | None]]]:
+        """The configuration's other seeds' eval curves so far, from their MLflow runs."""
+        trial = oa.fresh(self.trial.study, oa.trial_id(self.trial))
+        runs = [r.run_id for r in records.replicates(trial) if r.seed != self.seed and r.run_id]
+        return [seed_curve(client, run_id, self.objective) for run_id in runs]
+
+
+def seed_curve(client: Any, run_id: str, objective: str) -> dict[int, tuple[float, float | None]]:
+    """One seed's run as {eval step: (objective, its stderr)}."""
+    errors = dict(history(client, run_id, stderr_of(objective)))
+    return {
+        step: (value, errors.get(step))
+        for step, value in history(client, run_id, objective)
+        if math.isfinite(value)
+    }
 
 
 def _signed(fc: forecast.Forecast, sign: float) -> str:
@@ -281,6 +304,7 @@ def run_trial(cfg: DictConfig) -> float:
             train_cfg.max_steps,
             attrs[StudyAttr.FORECAST_LEVEL],
             attrs[StudyAttr.DIRECTION] == "maximize",
+            cfg.seed,
         )
     error: BaseException | None = None
     result = None
