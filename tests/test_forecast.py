@@ -1,10 +1,12 @@
 """The forecast of a trial's final objective (hand-computed fits, a configuration's seeds
-pooled), the reporter's order at an eval step (health rules first), and the
-forecasting pruner in real sweeps: the forecast logged at each eval step and
+pooled), the reporter's order at an eval step (health rules first), "no incumbent" said once per
+trial, and the forecasting pruner in real sweeps: the forecast logged at each eval step and
 drawn on the report's eval curves, a collapsing lr stopped early with the forecast's reason, a
 learning one kept."""
 
 from __future__ import annotations
+
+import logging
 
 import optuna
 import pytest
@@ -200,3 +202,21 @@ def test_a_seed_that_alone_cannot_win_is_kept_while_its_configuration_can(tmp_pa
     reporter.report(0, evals(0.3))
     reporter.report(10, evals(0.0))  # health off: only the forecast could stop it
     assert run.metrics[records.FORECAST_MEAN][10] == pytest.approx(0.4847, abs=1e-3)
+
+
+def test_no_incumbent_is_said_once_per_trial(caplog):
+    """Until a configuration completes nothing is pruned by forecast: each trial's job says so
+    once at INFO, however many evals it makes."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
+    caplog.set_level(logging.INFO, logger="sweeper.sweep.job")
+    for _ in range(2):  # two trials, each forecasting at steps 10, 20, 30
+        forecaster = Forecaster(study.ask(), final_step=50, level=0.75, maximize=True)
+        for step, value in ((0, 0.3), (10, 0.0), (20, 0.0), (30, 0.0)):
+            assert forecaster.judge(step, value, 0.02, LoggedRun()) is None
+    said = [r for r in caplog.records if "no incumbent yet" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        "t0: no incumbent yet: nothing is pruned by forecast",
+        "t1: no incumbent yet: nothing is pruned by forecast",
+    ]
+    assert {r.levelno for r in said} == {logging.INFO}

@@ -158,8 +158,6 @@ class Forecaster:
     alone could not win is kept while its configuration's mean can, and a stop is the
     configuration's, whichever seed says it."""
 
-    said_no_incumbent = False  # "nothing to compare with" is said once per process
-
     def __init__(
         self, trial: optuna.Trial, final_step: int, level: float, maximize: bool, seed: int = 0
     ):
@@ -170,6 +168,7 @@ class Forecaster:
         self.seed = seed
         self.objective = trial.study.user_attrs[StudyAttr.OBJECTIVE]
         self.curve: dict[int, tuple[float, float | None]] = {}  # this seed's {step: (value, se)}
+        self.said_no_incumbent = False  # said once per trial's job, not per eval
 
     def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
         self.curve[step] = (value, stderr)
@@ -190,9 +189,9 @@ class Forecaster:
         )
         best = incumbent(self.trial.study)
         if best is None:
-            if not Forecaster.said_no_incumbent:
-                log.info("forecast pruner: no configuration has completed yet, nothing is pruned")
-                Forecaster.said_no_incumbent = True
+            if not self.said_no_incumbent:
+                log.info("t%s: no incumbent yet: nothing is pruned by forecast", self.trial.number)
+                self.said_no_incumbent = True
             return None
         number, best_value, best_stderr = best
         low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
