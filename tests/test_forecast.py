@@ -20,7 +20,7 @@ from analysis.plot_style import FORECAST_GID
 from analysis.plots import reward_curves
 from analysis.records import StudyAttr, TrialAttr
 from sweeper.plan.breaches import breached
-from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter
+from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter, seed_curve
 from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import FORECAST, HealthMonitor, default_rules, is_unsafe
 
@@ -220,3 +220,23 @@ def test_no_incumbent_is_said_once_per_trial(caplog):
         "t1: no incumbent yet: nothing is pruned by forecast",
     ]
     assert {r.levelno for r in said} == {logging.INFO}
+
+
+@pytest.mark.slow
+def test_a_later_seed_forecasts_the_configurations_pooled_curve(tmp_path):
+    """Two seeds, run one after the other: seed 1's forecast at step 2 is the forecast of the
+    mean of both seeds' evals at steps 0 and 2 (read back from their MLflow runs)."""
+    done = run_sweep(
+        tmp_path, "hydra.sweeper.seeds=2", "max_steps=4", "eval_every=2", "batch_size=8",
+        "group_size=4", "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    client = MlflowClient(mlflow_uri(tmp_path))
+    run_ids = [r.run_id for r in records.replicates(trial)]
+    curves = [seed_curve(client, run_id, EVAL_REWARD) for run_id in run_ids]
+    steps, values, stderrs = fc.pooled_curve(curves, up_to=2)
+    assert steps == [0, 2]
+    expected = fc.forecast(steps, values, stderrs, 4, level=0.75)
+    logged = client.get_metric_history(run_ids[1], records.FORECAST_MEAN)
+    assert {m.step: m.value for m in logged} == {2: pytest.approx(expected.mean)}
