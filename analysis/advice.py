@@ -20,6 +20,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from analysis.load import StudyData, TrialRecord
 from analysis.records import StudyAttr
 from trainer.base.metrics import GROUPS_ALL_BAD, GROUPS_ALL_GOOD, GROUPS_MIXED, is_finite_number
+from trainer.rl.health import FORECAST, is_unsafe
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce
@@ -38,9 +39,14 @@ Rule = Callable[[StudyData], "Advice | list[Advice] | None"]
 
 
 def health_pruning(data: StudyData) -> Advice | None:
-    """Most trials broke: say which health rule fired most and what it advises."""
+    """Most trials broke: say which health rule fired most and what it advises. A forecast's
+    stop is not a breakage (forecast_stops says it)."""
     finished = data.by_state("complete", "pruned", "failed")
-    breaches = [t.prune_reason for t in data.by_state("pruned") if t.prune_reason]
+    breaches = [
+        t.prune_reason
+        for t in data.by_state("pruned")
+        if t.prune_reason and is_unsafe(t.prune_reason)
+    ]
     if not finished or len(breaches) / len(finished) < KL_PRUNED_SHARE:
         return None
     by_rule: dict[str, list[dict]] = {}
@@ -57,6 +63,22 @@ def health_pruning(data: StudyData) -> Advice | None:
         f"{rule} rule fired for {len(fired)} of them ({fired[0].get('metric')} past "
         f"{fired[0].get('bound')}, at steps {', '.join(map(str, steps)) or '?'}). A KL penalty "
         "(kl_penalty_coef 0.01-0.1) also holds updates back.",
+    )
+
+
+def forecast_stops(data: StudyData) -> Advice | None:
+    """Trials the forecasting pruner stopped: they could not win, which is no instability."""
+    stopped = [
+        t for t in data.by_state("pruned") if (t.prune_reason or {}).get("check") == FORECAST
+    ]
+    if not stopped:
+        return None
+    shown = ", ".join(f"t{t.number}" for t in stopped[:6])
+    return Advice(
+        f"{len(stopped)} trial(s) stopped by forecast: could not beat the best",
+        f"{shown}: each one's optimistic forecast of {data.objective} fell short of the best "
+        "completed configuration; nothing to change unless the forecast level should be higher "
+        "(hydra.sweeper.forecast_level).",
     )
 
 
@@ -204,6 +226,7 @@ def failures(data: StudyData) -> Advice | None:
 RULES: list[Rule] = [
     failures,
     health_pruning,
+    forecast_stops,
     ended_below_baseline,
     baseline_fit,
     scarce_signal,

@@ -19,7 +19,7 @@ only when neither a settled nor a still-moving reading of its curve can reach th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -94,6 +94,21 @@ def cannot_win(fc: Forecast, best_low: float) -> bool:
     """Whether the optimistic forecast stays short of the incumbent's pessimistic value (both
     read as higher-is-better: a minimized objective is negated first)."""
     return fc.high < best_low
+
+
+def pooled_curve(
+    curves: Sequence[Mapping[int, tuple[float, float | None]]], up_to: int
+) -> tuple[list[int], list[float], list[float | None]]:
+    """A configuration's eval curve over its seeds ({step: (value, stderr)} each), up to step
+    `up_to`: at each step some seed reached, the mean over the seeds that reached it and that
+    mean's standard error (pooled_stderr)."""
+    steps = sorted({s for curve in curves for s in curve if s <= up_to})
+    values, stderrs = [], []
+    for step in steps:
+        here = [curve[step] for curve in curves if step in curve]
+        values.append(sum(v for v, _ in here) / len(here))
+        stderrs.append(pooled_stderr([e for _, e in here]))
+    return steps, values, stderrs
 
 
 def pooled_stderr(stderrs: Sequence[float | None]) -> float | None:

@@ -44,6 +44,7 @@ from trainer.base.metrics import (
     REWARD,
     stderr_of,
 )
+from trainer.rl.health import FORECAST
 from trainer.run.database import DatabaseUnreachable, retried, scheme, shown_url
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
@@ -242,6 +243,8 @@ def history_metrics(data: StudyData) -> list[str]:
     wanted = [REWARD, EVAL_REWARD, stderr_of(EVAL_REWARD), data.objective, *KL_METRICS]
     wanted += [m for m in watched_metrics(data.attrs) if m in KL_MEANING]
     wanted += [ENTROPY, *GROUP_METRICS]
+    if data.attrs.get(StudyAttr.PRUNER) == FORECAST:  # drawn on the eval curves
+        wanted += [records.FORECAST_MEAN, records.FORECAST_HIGH]
     return list(dict.fromkeys(wanted))
 
 
@@ -259,7 +262,7 @@ def attach_histories(data: StudyData) -> None:
             metrics = history_metrics(data)
             for t in data.trials:
                 for seed, run_id in sorted(training_runs.get(t.number, {}).items()):
-                    t.seed_histories[seed] = {m: _history(client, run_id, m) for m in metrics}
+                    t.seed_histories[seed] = {m: history(client, run_id, m) for m in metrics}
                 if t.seed_histories:
                     t.histories = next(iter(t.seed_histories.values()))
                     t.run_id = t.run_id or next(iter(training_runs[t.number].values()))
@@ -324,7 +327,8 @@ def _training_runs(client: Any, data: StudyData) -> dict[int, dict[int, str]]:
     return found
 
 
-def _history(client: Any, run_id: str, metric: str) -> History:
+def history(client: Any, run_id: str, metric: str) -> History:
+    """A run's metric as [(step, value)] by step (the last value logged at a step)."""
     points = {m.step: m.value for m in client.get_metric_history(run_id, metric)}
     return sorted(points.items())
 

@@ -9,6 +9,7 @@ matplotlib.use("Agg")  # no display needed
 from matplotlib.patches import Patch  # noqa: E402
 
 from analysis.load import TrialRecord  # noqa: E402
+from analysis.records import FORECAST_MEAN  # noqa: E402
 
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
 BEST_COLOR = "tab:red"
@@ -17,6 +18,7 @@ TRIAL_COLORS = [f"tab:{c}" for c in ("blue", "orange", "green", "purple", "brown
 TRIAL_COLORS += [f"tab:{c}" for c in ("gray", "olive", "cyan")]
 SEEDS_ALPHA, STDERR_ALPHA = 0.12, 0.3
 STDERR_GID = "eval-stderr-band"  # the stderr bands' matplotlib gid: found again by tests
+FORECAST_GID = "forecast-line"  # pruner=forecast: the predicted final value's line
 STATE_MARKERS = {"complete": "o", "pruned": "X", "failed": "s", "running": "^", "waiting": "."}
 
 
@@ -44,4 +46,7 @@ def band_keys(trials: list[TrialRecord]) -> list[Patch]:
     keys = [Patch(color="grey", alpha=STDERR_ALPHA, label="±1 stderr over eval problems")]
     if any(len(t.seed_histories) > 1 for t in trials):
         keys.append(Patch(color="grey", alpha=SEEDS_ALPHA, label="seeds' range (min to max)"))
+    if any(t.histories.get(FORECAST_MEAN) for t in trials):
+        label = "forecast of the final value at each eval (dotted) up to its optimistic bound"
+        keys.append(Patch(facecolor="white", edgecolor="grey", hatch="//", label=label))
     return keys

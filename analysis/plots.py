@@ -24,7 +24,11 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from analysis import plot_style as ps  # noqa: E402
 from analysis.kl_plots import kl_curves, pareto_front, reward_vs_kl  # noqa: E402
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
-from analysis.records import StudyAttr  # noqa: E402
+from analysis.records import (  # noqa: E402
+    FORECAST_HIGH,
+    FORECAST_MEAN,
+    StudyAttr,  # noqa: E402
+)
 from analysis.verdict import study_verdict  # noqa: E402
 from trainer.base.metrics import LR, stderr_of  # noqa: E402
 
@@ -131,13 +135,27 @@ def reward_curves(data: StudyData) -> Figure | str:
                         lw=0,
                         gid=ps.STDERR_GID,
                     )
+                    forecast_band(ax, t, color)
         ax.set(title=title, xlabel="training step", ylabel=f"{metric} (reward per rollout)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    ps.legend(axes[1], ps.band_keys(with_curves))
+    ps.legend(axes[1], ps.band_keys(with_curves))  # forecasts too, when drawn
     fig.suptitle(f"Reward curves — study {data.name}")
     fig.tight_layout()
     return fig
+
+
+def forecast_band(ax, t: TrialRecord, color: str) -> None:
+    """pruner=forecast: at each eval step, the final value it predicted (dotted) and up to its
+    optimistic bound (hatched), in the trial's colour."""
+    means = dict(t.histories.get(FORECAST_MEAN) or [])
+    highs = dict(t.histories.get(FORECAST_HIGH) or [])
+    steps = sorted(set(means) & set(highs))
+    if not steps:
+        return
+    mean, high = [means[s] for s in steps], [highs[s] for s in steps]
+    ax.plot(steps, mean, ls=":", marker="x", markersize=4, color=color, gid=ps.FORECAST_GID)
+    ax.fill_between(steps, mean, high, color=color, alpha=ps.SEEDS_ALPHA, hatch="//", lw=0)
 
 
 def objective_vs_params(data: StudyData) -> Figure | str:

@@ -143,6 +143,7 @@ class Replicate:
     resumed_from_step: int | None = None  # the checkpoint step it continued from
     device: str | None = None  # model.device it trained on (one per run with a device pool)
     per_problem: tuple[float, ...] | None = None  # final eval reward of each problem
+    warnings: tuple[str, ...] = ()  # each warning rule's first firing, one line (its MLflow tag)
 
     def as_attr(self) -> dict[str, Any]:
         data = asdict(self)
@@ -155,6 +156,7 @@ class Replicate:
         known = {k: data.get(k) for k in cls.__dataclass_fields__}
         per_problem = known.get("per_problem")
         known["per_problem"] = tuple(per_problem) if per_problem is not None else None
+        known["warnings"] = tuple(known.get("warnings") or ())  # none in older records
         return cls(**known)
 
 
@@ -183,18 +185,30 @@ def breach_text(reason: Mapping[str, Any]) -> str:
 
 
 def trial_note(trial: FrozenTrial) -> str:
-    """The one-line why of a pruned, failed or re-queued trial ('' otherwise)."""
+    """The one-line why of a pruned, failed or re-queued trial, and the warnings its seeds
+    recorded ('' when there is nothing to say)."""
     attrs = trial.user_attrs
-    if trial.state == TrialState.PRUNED:
-        reason = attrs.get(TrialAttr.PRUNE_REASON)
-        return (
-            breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
-        )
     if trial.state == TrialState.FAIL:
         return str(attrs.get(TrialAttr.FAIL_REASON, "failed (no reason recorded)"))
     if trial.state == TrialState.WAITING and TrialAttr.RETRY_OF in attrs:
         return f"queued again (retry of t{attrs[TrialAttr.RETRY_OF]})"
-    return ""
+    notes = [f"warning {line}" for line in trial_warnings(trial)]
+    if trial.state == TrialState.PRUNED:
+        reason = attrs.get(TrialAttr.PRUNE_REASON)
+        why = (
+            breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
+        )
+        notes.insert(0, why)
+    return "; ".join(notes)
+
+
+def trial_warnings(trial: FrozenTrial) -> list[str]:
+    """Each warning rule's first line over the trial's seeds (a rule once, from its first seed)."""
+    lines: dict[str, str] = {}
+    for replicate in replicates(trial):
+        for line in replicate.warnings:
+            lines.setdefault(line.split(":", 1)[0], line)
+    return list(lines.values())
 
 
 def is_interrupted(trial: FrozenTrial) -> bool:

@@ -105,11 +105,12 @@ def sweep_env(cwd: Path) -> dict[str, str]:
 
 
 def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.CompletedProcess:
-    """`python -m sweeper -m <args>` in cwd, with its own MLflow store there."""
+    """`python -m sweeper -m <args>` in cwd, with its own MLflow store there (popen's env, when
+    given, replaces sweep_env(cwd))."""
+    popen.setdefault("env", sweep_env(cwd))
     return subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],
         cwd=cwd,
-        env=sweep_env(cwd),
         capture_output=True,
         text=True,
         timeout=timeout,

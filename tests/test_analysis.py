@@ -33,7 +33,7 @@ from analysis.plots import (
 )
 from analysis.records import Role, StudyAttr, Tag, TrialAttr
 from trainer.base.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
-from trainer.rl.health import default_rules
+from trainer.rl.health import FORECAST, Breach, default_rules
 
 KL = "kl_sample_train_v2"
 RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}
@@ -97,6 +97,7 @@ class Sweep:
         fail: str = "",
         prune_at: int | None = None,
         mlflow: bool = True,
+        reason: dict | None = None,
     ) -> optuna.Trial:
         """One trial: per-step metrics in MLflow, evals in Optuna, then its ending.
 
@@ -130,7 +131,7 @@ class Sweep:
         if state == TrialState.PRUNED:
             breach = {"rule": RULE["name"], "metric": KL, "value": final_kl, "bound": 0.01}
             breach.update(step=last, advice="lower lr or num_substeps")
-            trial.set_user_attr(TrialAttr.PRUNE_REASON, breach)
+            trial.set_user_attr(TrialAttr.PRUNE_REASON, reason or breach)
             self.study.tell(trial, state=state)
         elif state == TrialState.FAIL:
             trial.set_user_attr(TrialAttr.FAIL_REASON, fail)
@@ -222,6 +223,21 @@ def test_advice_follows_the_rules_of_thumb(tmp_path: Path) -> None:
     assert any(t.startswith("Make the task harder") for t in titles)
     assert "Extend the range of lr upward" in titles
     assert "Extend the range of group_size upward" in titles
+
+
+def test_forecast_stops_are_not_called_unstable(tmp_path: Path) -> None:
+    """Three of four trials stopped by the forecast: no "pruned as unstable", no "make the
+    updates smaller"; the advice says they could not beat the best."""
+    sw = Sweep(tmp_path)
+    sw.add({"lr": 1e-3, "group_size": 8}, TrialState.COMPLETE)
+    stop = Breach("forecast", "", 0.2, 0.5, 2, FORECAST, "", "prune", "eval/reward/mean ...")
+    for lr in (5e-4, 7e-4, 9e-4):
+        sw.add({"lr": lr, "group_size": 4}, TrialState.PRUNED, prune_at=2, reason=stop.as_dict())
+    given = advise(load_study(sw.storage))
+    assert not any("unstable" in a.why or "smaller" in a.title for a in given)
+    (stopped,) = [a for a in given if "forecast" in a.title]
+    assert stopped.title == "3 trial(s) stopped by forecast: could not beat the best"
+    assert stopped.why.startswith("t1, t2, t3: ")
 
 
 def test_only_failed_trials_gives_a_message(tmp_path: Path, capsys) -> None:

@@ -1,15 +1,28 @@
-"""The forecast of a trial's final objective (hand-computed fits), and the forecasting pruner in
-a real sweep: a collapsing lr is stopped early with the forecast's reason, a learning one kept."""
+"""The forecast of a trial's final objective (hand-computed fits, a configuration's seeds
+pooled), the reporter's order at an eval step (health rules first), "no incumbent" said once per
+trial, and the forecasting pruner in real sweeps: the forecast logged at each eval step and
+drawn on the report's eval curves, a collapsing lr stopped early with the forecast's reason, a
+learning one kept."""
 
 from __future__ import annotations
 
+import logging
+
 import optuna
 import pytest
-from conftest import run_sweep, study_in
+from conftest import mlflow_uri, run_sweep, study_in, study_uri
+from mlflow.tracking import MlflowClient
 
 from analysis import forecast as fc
-from analysis.records import TrialAttr
+from analysis import records
+from analysis.load import load_study
+from analysis.plot_style import FORECAST_GID
+from analysis.plots import reward_curves
+from analysis.records import StudyAttr, TrialAttr
 from sweeper.plan.breaches import breached
+from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter, seed_curve
+from trainer.base.metrics import EVAL_REWARD, stderr_of
+from trainer.rl.health import FORECAST, HealthMonitor, default_rules, is_unsafe
 
 
 def test_flat_is_the_weighted_mean_of_the_last_half():
@@ -67,3 +80,163 @@ def test_the_forecast_prunes_a_collapsing_lr_early_and_keeps_a_learning_one(tmp_
     assert f"(t{trials[2e-3].number})" in line
     assert f"forecast: {line}" in done.stdout  # the final table's note
     assert not breached(collapsed)  # a forecast's stop is not a health breach
+
+
+class LoggedRun:
+    """What the reporter writes to MLflow, kept in memory."""
+
+    def __init__(self, client=None) -> None:
+        self.client = client  # where the other seeds' runs are read
+        self.metrics: dict[str, dict[int, float]] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, step, values) -> None:
+        for key, value in values.items():
+            self.metrics.setdefault(key, {})[step] = value
+
+    def set_tags(self, tags) -> None:
+        self.tags.update(tags)
+
+
+def forecast_reporter(
+    incumbent_value: float, seeds: int = 1, seed: int = 0, client=None, rules=None
+):
+    """A TrialReporter for `seed` on a live trial of an in-memory study whose best completed
+    trial scored `incumbent_value` (stderr 0.02), with the default health rules and
+    pruner=forecast (or `rules`)."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
+    study.set_user_attr(StudyAttr.SEEDS, seeds)
+    best = study.ask()
+    best.set_user_attr(records.replicate_key(0), _replicate(0, incumbent_value))
+    study.tell(best, incumbent_value)
+    trial = study.ask()
+    run = LoggedRun(client)
+    reporter = TrialReporter(
+        run,
+        trial,
+        EVAL_REWARD,
+        HealthMonitor(default_rules() if rules is None else rules),
+        True,
+        False,
+    )
+    reporter.forecaster = Forecaster(trial, final_step=50, level=0.75, maximize=True, seed=seed)
+    return reporter, run
+
+
+def _replicate(seed: int, value: float | None, state: str = "COMPLETE") -> dict:
+    return records.Replicate(seed, state, value, 0.02, 50, 0.3, "", None).as_attr()
+
+
+def evals(value: float) -> dict[str, float]:
+    return {EVAL_REWARD: value, stderr_of(EVAL_REWARD): 0.02}
+
+
+def test_a_collapse_at_an_eval_step_is_a_health_breach_not_a_forecast_stop():
+    """At step 10 eval falls from 0.3 to 0: eval_collapse fires and the forecast cannot reach
+    the incumbent's 0.5 either; the health rule is checked first and is what prunes."""
+    reporter, _ = forecast_reporter(0.5)
+    reporter.report(0, evals(0.3))
+    with pytest.raises(TrialPruned) as pruned:
+        reporter.report(10, evals(0.0))
+    assert pruned.value.breach.rule == "eval_collapse"
+    assert is_unsafe(pruned.value.breach.as_dict())  # health_breach: its region is unsafe
+
+
+def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
+    reporter, run = forecast_reporter(0.5)
+    reporter.report(0, evals(0.3))
+    with pytest.raises(TrialPruned) as pruned:
+        reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
+    assert pruned.value.breach.check == FORECAST
+    assert set(run.metrics[records.FORECAST_MEAN]) == {10}
+
+
+@pytest.mark.slow
+def test_a_forecast_sweep_logs_the_forecast_at_each_eval_step(tmp_path):
+    """Evals at 0, 2, 4, 6: a forecast needs two points and none is made at the last step."""
+    done = run_sweep(
+        tmp_path, "max_steps=6", "eval_every=2", "batch_size=8", "group_size=4",
+        "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    client = MlflowClient(mlflow_uri(tmp_path))
+    run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
+    for name in (records.FORECAST_MEAN, records.FORECAST_HIGH):
+        assert {m.step for m in client.get_metric_history(run_id, name)} == {2, 4}
+    data = load_study(study_uri(tmp_path))
+    _, evals = reward_curves(data).axes
+    (line,) = [ln for ln in evals.lines if ln.get_gid() == FORECAST_GID]
+    assert list(line.get_xdata()) == [2, 4]
+
+
+def test_pooled_curve_is_the_mean_over_the_seeds_that_reached_each_step():
+    a = {0: (0.3, 0.03), 10: (0.5, 0.04)}
+    b = {0: (0.2, 0.04), 10: (0.3, 0.03), 20: (0.4, 0.02)}
+    steps, values, stderrs = fc.pooled_curve([a, b], up_to=20)
+    assert steps == [0, 10, 20]
+    assert values == pytest.approx([0.25, 0.4, 0.4])  # step 20: b alone
+    assert stderrs == pytest.approx([0.025, 0.025, 0.02])  # sqrt(0.03^2 + 0.04^2) / 2
+    assert fc.pooled_curve([a, b], up_to=10)[0] == [0, 10]  # not past the asking seed's step
+
+
+def test_a_seed_that_alone_cannot_win_is_kept_while_its_configuration_can(tmp_path):
+    """Seed 1 collapses to 0 at step 10 (alone it cannot reach the incumbent's 0.5: the test
+    above), seed 0 (its MLflow run) reached 0.9. Pooled: 0.3 at step 0, 0.45 at step 10; the
+    power law through them, a + b / sqrt(s + 1) with b = -0.15 / (1 - 1/sqrt(11)) = -0.2147
+    and a = 0.5147, reads 0.4847 at step 50, whose optimistic bound passes the incumbent's
+    0.5 - 0.674 x 0.02 = 0.4865 at level 0.75."""
+    alone, _ = forecast_reporter(0.5, rules=[])
+    alone.report(0, evals(0.3))
+    with pytest.raises(TrialPruned):
+        alone.report(10, evals(0.0))
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    other = client.create_run(client.create_experiment("grpo")).info.run_id
+    for step, value in ((0, 0.3), (10, 0.9)):
+        client.log_metric(other, EVAL_REWARD, value, step=step)
+        client.log_metric(other, stderr_of(EVAL_REWARD), 0.02, step=step)
+    reporter, run = forecast_reporter(0.5, seeds=2, seed=1, client=client, rules=[])
+    started = records.Replicate(0, "RUNNING", None, None, 10, 0.3, "", other)
+    reporter.trial.set_user_attr(records.replicate_key(0), started.as_attr())
+    reporter.report(0, evals(0.3))
+    reporter.report(10, evals(0.0))  # health off: only the forecast could stop it
+    assert run.metrics[records.FORECAST_MEAN][10] == pytest.approx(0.4847, abs=1e-3)
+
+
+def test_no_incumbent_is_said_once_per_trial(caplog):
+    """Until a configuration completes nothing is pruned by forecast: each trial's job says so
+    once at INFO, however many evals it makes."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
+    caplog.set_level(logging.INFO, logger="sweeper.sweep.job")
+    for _ in range(2):  # two trials, each forecasting at steps 10, 20, 30
+        forecaster = Forecaster(study.ask(), final_step=50, level=0.75, maximize=True)
+        for step, value in ((0, 0.3), (10, 0.0), (20, 0.0), (30, 0.0)):
+            assert forecaster.judge(step, value, 0.02, LoggedRun()) is None
+    said = [r for r in caplog.records if "no incumbent yet" in r.getMessage()]
+    assert [r.getMessage() for r in said] == [
+        "t0: no incumbent yet: nothing is pruned by forecast",
+        "t1: no incumbent yet: nothing is pruned by forecast",
+    ]
+    assert {r.levelno for r in said} == {logging.INFO}
+
+
+@pytest.mark.slow
+def test_a_later_seed_forecasts_the_configurations_pooled_curve(tmp_path):
+    """Two seeds, run one after the other: seed 1's forecast at step 2 is the forecast of the
+    mean of both seeds' evals at steps 0 and 2 (read back from their MLflow runs)."""
+    done = run_sweep(
+        tmp_path, "hydra.sweeper.seeds=2", "max_steps=4", "eval_every=2", "batch_size=8",
+        "group_size=4", "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    client = MlflowClient(mlflow_uri(tmp_path))
+    run_ids = [r.run_id for r in records.replicates(trial)]
+    curves = [seed_curve(client, run_id, EVAL_REWARD) for run_id in run_ids]
+    steps, values, stderrs = fc.pooled_curve(curves, up_to=2)
+    assert steps == [0, 2]
+    expected = fc.forecast(steps, values, stderrs, 4, level=0.75)
+    logged = client.get_metric_history(run_ids[1], records.FORECAST_MEAN)
+    assert {m.step: m.value for m in logged} == {2: pytest.approx(expected.mean)}

@@ -56,3 +56,13 @@ def column_bonus(completions, bonus, **_) -> list[float]:
     with open(os.environ["REWARD_SEEN"], "a") as seen:
         seen.write(json.dumps(bonus) + "\n")
     return [float(b) for b in bonus]
+
+
+def always_one(problem, completion: str, finished: bool) -> float:
+    """Every completion scores alike: no group has an advantage to learn from."""
+    return 1.0
+
+
+def longer_is_better(problem, completion: str, finished: bool) -> float:
+    """Pays for length: a policy trained on it stops ending its answers."""
+    return float(len(completion))

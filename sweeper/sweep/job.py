@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from optuna.trial import TrialState
 
 from analysis import forecast, records
+from analysis.load import history
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
 from sweeper import optuna_adapter as oa
@@ -103,7 +104,7 @@ class TrialReporter:
         self.last: dict[str, float] = {}  # last value of every metric
         self.steps_run = 0
         self.baseline: float | None = None
-        self.warned: set[str] = set()
+        self.warnings: dict[str, str] = {}  # rule -> its first firing's line
         self.forecaster: Forecaster | None = None  # pruner=forecast
 
     @property
@@ -121,56 +122,68 @@ class TrialReporter:
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
         value = metrics.get(self.objective)
-        if value is not None and math.isfinite(value):
-            if self.reports_to_optuna:
-                self.trial.report(value, step)
-                if self.prune_on_objective and self.trial.should_prune():
-                    raise TrialPruned(None)
-            if self.forecaster is not None:
-                stderr = metrics.get(stderr_of(self.objective))
-                stop = self.forecaster.judge(step, value, stderr, self.run)
-                if stop is not None:
-                    raise TrialPruned(stop)
+        known = value is not None and math.isfinite(value)
+        if known and self.reports_to_optuna:
+            self.trial.report(value, step)
+        # Health first: a run collapsing at an eval step is a health breach (it marks its
+        # configuration unsafe), not a forecast's or the objective pruner's stop.
         fired = self.monitor.breaches(step, metrics)
         self.record_warnings(step, fired)
         breach = first_to_prune(fired)
         if breach is not None:
             raise TrialPruned(breach)
+        if not known:
+            return
+        if self.prune_on_objective and self.trial.should_prune():
+            raise TrialPruned(None)
+        if self.forecaster is not None:
+            stderr = metrics.get(stderr_of(self.objective))
+            stop = self.forecaster.judge(step, value, stderr, self.run)
+            if stop is not None:
+                raise TrialPruned(stop)
 
     def record_warnings(self, step: int, fired: list[Breach]) -> None:
         """A warning rule's first firing: a tag with its line and a metric at its step."""
         for breach in fired:
-            if breach.action != Action.warn.value or breach.rule in self.warned:
+            if breach.action != Action.warn.value or breach.rule in self.warnings:
                 continue
-            self.warned.add(breach.rule)
+            self.warnings[breach.rule] = str(breach)
             log.warning("t%s warning: %s", self.trial.number, breach)
             self.run.set_tags({Tag.WARNING_PREFIX + breach.rule: str(breach)})
             self.run.log_metrics(step, {records.WARNING_METRIC_PREFIX + breach.rule: 1.0})
 
 
 class Forecaster:
-    """pruner=forecast: at each eval step, the trial's final objective forecast from its curve
-    so far (analysis/forecast.py), logged, and a stop once its optimistic bound cannot reach
-    the best completed configuration's pessimistic value."""
+    """pruner=forecast: at each eval step, the configuration's final objective forecast from
+    its curve so far (analysis/forecast.py), logged, and a stop once its optimistic bound
+    cannot reach the best completed configuration's pessimistic value.
 
-    said_no_incumbent = False  # "nothing to compare with" is said once per process
+    A configuration's seeds are pooled: each seed forecasts the configuration's curve, at each
+    eval step up to its own the mean over the seeds that reached that step (the other seeds'
+    evals read from their MLflow runs, found through their replicate records). So a seed that
+    alone could not win is kept while its configuration's mean can, and a stop is the
+    configuration's, whichever seed says it."""
 
-    def __init__(self, trial: optuna.Trial, final_step: int, level: float, maximize: bool):
+    def __init__(
+        self, trial: optuna.Trial, final_step: int, level: float, maximize: bool, seed: int = 0
+    ):
         self.trial = trial
         self.final_step = final_step
         self.level = level
         self.sign = 1.0 if maximize else -1.0  # forecasts read higher-is-better
-        self.steps: list[int] = []
-        self.values: list[float] = []
-        self.stderrs: list[float | None] = []
+        self.seed = seed
+        self.objective = trial.study.user_attrs[StudyAttr.OBJECTIVE]
+        self.curve: dict[int, tuple[float, float | None]] = {}  # this seed's {step: (value, se)}
+        self.said_no_incumbent = False  # said once per trial's job, not per eval
 
     def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
-        self.steps.append(step)
-        self.values.append(self.sign * value)
-        self.stderrs.append(stderr)
+        self.curve[step] = (value, stderr)
         if step >= self.final_step:
             return None
-        fc = forecast.forecast(self.steps, self.values, self.stderrs, self.final_step, self.level)
+        curves = [self.curve, *self.other_seeds(run.client)]
+        steps, values, stderrs = forecast.pooled_curve(curves, up_to=step)
+        signed = [self.sign * v for v in values]
+        fc = forecast.forecast(steps, signed, stderrs, self.final_step, self.level)
         if fc is None:
             return None
         run.log_metrics(
@@ -182,20 +195,33 @@ class Forecaster:
         )
         best = incumbent(self.trial.study)
         if best is None:
-            if not Forecaster.said_no_incumbent:
-                log.info("forecast pruner: no configuration has completed yet, nothing is pruned")
-                Forecaster.said_no_incumbent = True
+            if not self.said_no_incumbent:
+                log.info("t%s: no incumbent yet: nothing is pruned by forecast", self.trial.number)
+                self.said_no_incumbent = True
             return None
         number, best_value, best_stderr = best
         low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
         if not forecast.cannot_win(fc, low):
             return None
-        text = (
-            f"{self.trial.study.user_attrs[StudyAttr.OBJECTIVE]} {_signed(fc, self.sign)} "
-            f"< best {best_value:.3g} (t{number})"
-        )
+        text = f"{self.objective} {_signed(fc, self.sign)} < best {best_value:.3g} (t{number})"
         return Breach("forecast", "", self.sign * fc.mean, best_value, step, FORECAST, "",
                       Action.prune.value, text)  # fmt: skip
+
+    def other_seeds(self, client: Any) -> list[dict[int, tuple[float, float | None]]]:
+        """The configuration's other seeds' eval curves so far, from their MLflow runs."""
+        trial = oa.fresh(self.trial.study, oa.trial_id(self.trial))
+        runs = [r.run_id for r in records.replicates(trial) if r.seed != self.seed and r.run_id]
+        return [seed_curve(client, run_id, self.objective) for run_id in runs]
+
+
+def seed_curve(client: Any, run_id: str, objective: str) -> dict[int, tuple[float, float | None]]:
+    """One seed's run as {eval step: (objective, its stderr)}."""
+    errors = dict(history(client, run_id, stderr_of(objective)))
+    return {
+        step: (value, errors.get(step))
+        for step, value in history(client, run_id, objective)
+        if math.isfinite(value)
+    }
 
 
 def _signed(fc: forecast.Forecast, sign: float) -> str:
@@ -283,6 +309,7 @@ def run_trial(cfg: DictConfig) -> float:
             train_cfg.max_steps,
             attrs[StudyAttr.FORECAST_LEVEL],
             attrs[StudyAttr.DIRECTION] == "maximize",
+            cfg.seed,
         )
     error: BaseException | None = None
     result = None
@@ -356,6 +383,7 @@ def outcome(
         breach=breach,
         per_problem=tuple(per_problem) if per_problem is not None else None,
         resumed_from_step=resumed,
+        warnings=tuple(reporter.warnings.values()),
     )
 
 
