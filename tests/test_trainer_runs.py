@@ -43,7 +43,8 @@ def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
         "groups/frac_all_good", "groups/frac_all_bad", "kl_sample_train_v1", "kl_sample_train_v2",
         "kl_pre_post_v1", "kl_pre_post_v2", "entropy", "kl_policy_ref", "loss", "grad_norm", "lr",
         "time/sample_s", "time/train_s", "time/forward_backward_s", "time/optimizer_s",
-        "time/reference_s", "time/post_kl_s", "throughput/rollouts_per_s", *evals,
+        "time/reference_s", "time/post_kl_s", "throughput/rollouts_per_s",
+        "completions/mean_length", "completions/truncated", "groups/frac_zero_advantage", *evals,
     }  # fmt: skip
     assert set(recorder.steps[2]) == expected  # the last step evaluates too
     assert set(recorder.steps[1]) == expected - evals
