@@ -16,7 +16,7 @@ Sub-packages in layers, bottom to top; each imports only its own and those below
   sampling  Sampler protocol, torch and vLLM samplers, factory, model source and tiny model;
             base, model, env
   rl        GRPO step, pipelines, losses, rl_math, health rules; base, model, env, sampling
-  run       our train loop, validation, lr, checkpoints, tracking, database, sweep job
+  run       our train loop, validation, lr, checkpoints, tracking, database
             schema; all of the above
   backends  the backend switch (train, validate), TRL's backend, the run logged to MLflow
             (logged_run); all of the above

@@ -168,7 +168,7 @@ def _health_rules(given: Any, kl_threshold: float) -> tuple[HealthRule, ...]:
     try:
         return tuple(rules_from_settings(given, kl_threshold))
     except (ValueError, TypeError) as e:
-        raise SweepError(str(e)) from None
+        raise SweepError(f"hydra.sweeper.{e}") from None
 
 
 def _plain(value: Any) -> Any:

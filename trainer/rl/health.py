@@ -232,13 +232,15 @@ def failure_mode_rules() -> list[HealthRule]:
 def rules_from_settings(
     given: Sequence[Mapping[str, Any]], kl_threshold: float
 ) -> list[HealthRule]:
-    """Rules from `hydra.sweeper.health` (a list of dicts); threshold checks without a bound
-    take kl_threshold. Errors are one line naming the rule, the field and the rule broken."""
+    """Rules from their settings (a list of dicts, e.g. the sweeper's `health`); threshold
+    checks without a bound take kl_threshold. Errors are one line naming the rule
+    (`health[<index>]`, the caller says where it was configured), the field and the rule
+    broken."""
     return [_rule(i, dict(item), kl_threshold) for i, item in enumerate(given)]
 
 
 def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
-    where = f"hydra.sweeper.health[{index}]"
+    where = f"health[{index}]"
     known = {f.name for f in fields(HealthRule)}
     unknown = sorted(set(item) - known)
     if unknown:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_RETRY_S = 120.0  # hydra.sweeper.db_retry_seconds's default, and a plain run's
+DEFAULT_RETRY_S = 120.0  # a plain run's window; a sweep passes its own (set_retry_window)
 _retry_window = {"seconds": DEFAULT_RETRY_S}  # set once per process: set_retry_window
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between tries; the last one repeats
 # A SQLite file locked by another process is busy, not away: each try already waited the
@@ -62,8 +62,8 @@ class DatabaseUnreachable(Exception):
 
 
 def set_retry_window(seconds: float) -> None:
-    """How long every store of this process is retried once unreachable (the sweep's
-    hydra.sweeper.db_retry_seconds, passed to its jobs)."""
+    """How long every store of this process is retried once unreachable (a sweep passes its
+    setting to its jobs)."""
     _retry_window["seconds"] = float(seconds)
 
 
