@@ -29,6 +29,8 @@ def eval_curves(path: Path, eval_size: int) -> dict[str, list[tuple[int, float, 
     """{run: [(step, eval, stderr)]}; stderr binomial over eval_size problems when not logged."""
     curves = {}
     for key, steps in json.loads(path.read_text()).items():
+        if key == "machine":  # not a run: the machine each run was recorded on
+            continue
         points = []
         for s, m in sorted(steps.items(), key=lambda x: int(x[0])):
             if int(s) >= 0 and isinstance(m.get(EVAL), int | float):

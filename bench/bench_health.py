@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 import trainer  # noqa: F401  (registers the config schemas)
 from trainer.rl.health import default_rules, replay
@@ -28,6 +30,7 @@ from trainer.run.train import train
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 CURVES = Path(__file__).resolve().parent / "results" / "health_curves.json"
 EVAL = "eval/reward/mean"
+MACHINE = "machine"  # not a run: {run: the machine it was recorded on}
 
 
 class Curve:
@@ -51,8 +54,11 @@ def record(
     overrides: tuple[str, ...] = (),
 ) -> None:
     """Train every lr x num_substeps x seed (with `overrides`, e.g. a model and task) and add
-    its curve to `out` under `lr=... num_substeps=... [seed=...]`; runs already there are kept."""
+    its curve to `out` under `lr=... num_substeps=... [seed=...]`; runs already there are kept.
+    The machine each run was recorded on (CPU, cores, package versions, the load average before
+    and after) goes under the file's "machine" key."""
     runs = json.loads(out.read_text()) if out.exists() else {}
+    machines = runs.pop(MACHINE, {})
     for seed in seeds:
         for n in substeps:
             for lr in lrs:
@@ -60,10 +66,15 @@ def record(
                 if key in runs:
                     continue
                 settings = [f"lr={lr}", f"num_substeps={n}", f"seed={seed}", *overrides]
+                load_before = os.getloadavg()[0]
                 curve = train_curve([*settings, f"max_steps={steps}"])
                 runs[key] = {str(s): m for s, m in sorted(curve.steps.items())}
+                machines[key] = machine(
+                    f"shared host; 1-min load average {load_before:.1f} before the run, "
+                    f"{os.getloadavg()[0]:.1f} after"
+                )
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(as_lines(runs))
+                out.write_text(as_lines({**runs, MACHINE: machines}))
                 final = curve.steps[max(s for s in curve.steps if s >= 0)].get(EVAL)
                 took = time.perf_counter() - curve.started
                 print(f"{key}: final eval {final} in {took:.0f} s", flush=True)
@@ -95,8 +106,15 @@ def as_numbers(metrics: dict) -> dict[str, float]:
     }
 
 
-def summarize(curves_path: Path, kl_threshold: float = 0.01) -> str:
+def load_runs(curves_path: Path) -> dict[str, dict]:
+    """The recorded runs of a curves file, without its "machine" entry."""
     runs = json.loads(curves_path.read_text())
+    runs.pop(MACHINE, None)
+    return runs
+
+
+def summarize(curves_path: Path, kl_threshold: float = 0.01) -> str:
+    runs = load_runs(curves_path)
     rules = default_rules(kl_threshold)
     rows, total_off, total_on, time_off, time_on = [], 0, 0, 0.0, 0.0
     finals_off, finals_on = {}, {}
