@@ -6,7 +6,8 @@ forecasting pruner (analysis/forecast.py, as sweeper/sweep/job.py calls it).
     python bench/bench_forecast.py bench/results/health_curves.json [more curves ...]
 
 Each file is one sweep, its runs in `--orders` random orders (sequential, one job: a run's
-incumbent is the best run completed before it). Writes bench/results/forecast_replay_level<L>.json.
+incumbent is the best run completed before it). Writes bench/results/forecast_replay_level<L>.json,
+or `--out NAME` there (e.g. a held-out real-model replay beside the tiny model's).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def eval_curves(path: Path, eval_size: int) -> dict[str, list[tuple[int, float, 
     """{run: [(step, eval, stderr)]}; stderr binomial over eval_size problems when not logged."""
     curves = {}
     for key, steps in json.loads(path.read_text()).items():
+        if key == "machine":  # not a run: the machine each run was recorded on
+            continue
         points = []
         for s, m in sorted(steps.items(), key=lambda x: int(x[0])):
             if int(s) >= 0 and isinstance(m.get(EVAL), int | float):
@@ -96,6 +99,7 @@ def main() -> None:
     p.add_argument("--eval-size", type=int, default=400)
     p.add_argument("--orders", type=int, default=20)
     p.add_argument("--level", type=float, default=0.9)
+    p.add_argument("--out", help="file name under bench/results (default: by level)")
     args = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     out = {}
@@ -126,7 +130,7 @@ def main() -> None:
                 f"{survived}/{args.orders}"
             )
         out[path.name] = {"tied_with_best": sorted(tied), "total": total, "arms": rows}
-    (RESULTS / f"forecast_replay_level{args.level:g}.json").write_text(
+    (RESULTS / (args.out or f"forecast_replay_level{args.level:g}.json")).write_text(
         json.dumps(out, indent=1) + "\n"
     )
 

@@ -4,10 +4,11 @@ same seed a run is the same up to the step it is cut, so a replay gives the prun
 trial-steps, time and winner exactly).
 
     python bench/bench_health.py record [--lrs ...] [--substeps ...] [--steps 50]
-    python bench/bench_health.py replay [--curves bench/results/health_curves.json]
+    python bench/bench_health.py replay [--curves bench/results/health_curves.json ...]
 
-`record` writes bench/results/health_curves.json; `replay` prints the comparison recorded in
-bench/HEALTH.md (pruning off vs the default rules).
+`record` writes bench/results/health_curves.json; `replay` prints, per curves file (one sweep),
+the comparison recorded in bench/HEALTH.md (pruning off vs the default rules: false positives,
+trial-steps and time saved, net of the post-update KL's cost, and the warnings that fire).
 """
 
 from __future__ import annotations
@@ -15,19 +16,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from machine_info import machine  # bench/ is on the path: this runs as a script
 
 import trainer  # noqa: F401  (registers the config schemas)
-from trainer.rl.health import default_rules, replay
+from trainer.rl.health import default_rules, failure_mode_rules, replay, warnings
 from trainer.run.train import train
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 CURVES = Path(__file__).resolve().parent / "results" / "health_curves.json"
 EVAL = "eval/reward/mean"
+STDERR = "eval/reward/stderr"
+POST_KL_S = "time/post_kl_s"
+MACHINE = "machine"  # not a run: {run: the machine it was recorded on}
 
 
 class Curve:
@@ -51,8 +57,11 @@ def record(
     overrides: tuple[str, ...] = (),
 ) -> None:
     """Train every lr x num_substeps x seed (with `overrides`, e.g. a model and task) and add
-    its curve to `out` under `lr=... num_substeps=... [seed=...]`; runs already there are kept."""
+    its curve to `out` under `lr=... num_substeps=... [seed=...]`; runs already there are kept.
+    The machine each run was recorded on (CPU, cores, package versions, the load average before
+    and after) goes under the file's "machine" key."""
     runs = json.loads(out.read_text()) if out.exists() else {}
+    machines = runs.pop(MACHINE, {})
     for seed in seeds:
         for n in substeps:
             for lr in lrs:
@@ -60,10 +69,15 @@ def record(
                 if key in runs:
                     continue
                 settings = [f"lr={lr}", f"num_substeps={n}", f"seed={seed}", *overrides]
+                load_before = os.getloadavg()[0]
                 curve = train_curve([*settings, f"max_steps={steps}"])
                 runs[key] = {str(s): m for s, m in sorted(curve.steps.items())}
+                machines[key] = machine(
+                    f"shared host; 1-min load average {load_before:.1f} before the run, "
+                    f"{os.getloadavg()[0]:.1f} after"
+                )
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(as_lines(runs))
+                out.write_text(as_lines({**runs, MACHINE: machines}))
                 final = curve.steps[max(s for s in curve.steps if s >= 0)].get(EVAL)
                 took = time.perf_counter() - curve.started
                 print(f"{key}: final eval {final} in {took:.0f} s", flush=True)
@@ -95,44 +109,94 @@ def as_numbers(metrics: dict) -> dict[str, float]:
     }
 
 
-def summarize(curves_path: Path, kl_threshold: float = 0.01) -> str:
+def load_runs(curves_path: Path) -> dict[str, dict]:
+    """The recorded runs of a curves file, without its "machine" entry."""
     runs = json.loads(curves_path.read_text())
+    runs.pop(MACHINE, None)
+    return runs
+
+
+def final_eval(curve: dict[int, dict[str, float]], eval_size: int = 400) -> tuple[float, float]:
+    """The run's last eval and its standard error (logged, else binomial over eval_size)."""
+    step = max(s for s, m in curve.items() if EVAL in m)
+    p = curve[step][EVAL]
+    se = curve[step].get(STDERR)
+    return p, se if se is not None else math.sqrt(max(p * (1 - p), 0.0) / eval_size)
+
+
+def tied(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two final evals are within the 95% interval of their difference (unpaired)."""
+    return abs(a[0] - b[0]) <= 1.96 * math.sqrt(a[1] ** 2 + b[1] ** 2)
+
+
+def summarize(curves_path: Path, kl_threshold: float = 0.01) -> str:
+    """The replay table and its totals for one curves file (one sweep): runs pruned, false
+    positives (a pruned run whose final eval is the best or tied with it), trial-steps and
+    wall time saved, that saving net of the post-update KL's forward (`time/post_kl_s`, which
+    only the post_update_kl rule needs: a sweep without health rules can switch it off), and
+    the warning rules that fire anywhere on the whole recorded curves."""
+    runs = load_runs(curves_path)
     rules = default_rules(kl_threshold)
     rows, total_off, total_on, time_off, time_on = [], 0, 0, 0.0, 0.0
-    finals_off, finals_on = {}, {}
+    post_kl_off, post_kl_on = 0.0, 0.0
+    finals_off, finals_on, pruned, fired = {}, {}, {}, []
     for key, steps in runs.items():
         curve = {int(s): as_numbers(m) for s, m in steps.items() if int(s) >= 0}
         last = max(curve)
         breach = replay(rules, curve)
         stop = breach.step if breach else last
         evals = {s: m[EVAL] for s, m in curve.items() if EVAL in m}
-        final = evals[max(evals)]
+        final = final_eval(curve)
         total_off += last
         total_on += stop
         time_off += curve[last]["time/elapsed_s"]
         time_on += curve[stop]["time/elapsed_s"]
+        post_kl_off += sum(m.get(POST_KL_S, 0.0) for m in curve.values())
+        post_kl_on += sum(m.get(POST_KL_S, 0.0) for s, m in curve.items() if s <= stop)
         finals_off[key] = final
         if breach is None:
             finals_on[key] = final
+        else:
+            pruned[key] = breach
+        tag = f" (pruned at step {breach.step})" if breach else ""
+        fired += [f"{key}{tag}: {w}" for w in warnings(failure_mode_rules(), curve)]
         peak_kl = max(m.get("kl_pre_post_v2", 0.0) for m in curve.values())
         rows.append(
-            f"| {key} | {evals.get(0, float('nan')):.3f} | {final:.3f} | {peak_kl:.2g} | "
-            + (f"{breach} |" if breach else "kept |")
+            f"| {key} | {evals.get(0, float('nan')):.3f} | {final[0]:.3f} +- {final[1]:.3f} | "
+            f"{peak_kl:.2g} | " + (f"{breach} |" if breach else "kept |")
         )
-    best_off = max(finals_off, key=finals_off.get)
-    best_on = max(finals_on, key=finals_on.get) if finals_on else "none"
-    se = math.sqrt(finals_off[best_off] * (1 - finals_off[best_off]) / 400)
+    best_off = max(finals_off, key=lambda k: finals_off[k][0])
+    best_on = max(finals_on, key=lambda k: finals_on[k][0]) if finals_on else "none"
+    false = [k for k in pruned if tied(finals_off[k], finals_off[best_off])]
+    step_s = time_off / total_off  # the mean wall time of a trial-step without pruning
+    net_s = (time_off - post_kl_off) - time_on
     lines = [
-        "| run | eval at step 0 | final eval | peak kl_pre_post_v2 | default rules |",
+        "| run | eval at step 0 | final eval (+- stderr) | peak kl_pre_post_v2 | default rules |",
         "|---|---|---|---|---|",
         *rows,
         "",
         f"trial-steps: {total_off} without pruning, {total_on} with the default rules "
         f"({100 * (1 - total_on / total_off):.0f}% fewer)",
         f"wall time: {time_off:.0f} s without pruning, {time_on:.0f} s with ({100 * (1 - time_on / time_off):.0f}% less)",
-        f"best without pruning: {best_off} ({finals_off[best_off]:.3f} +- {se:.3f} stderr); "
-        f"best with pruning: {best_on} ({finals_on.get(best_on, float('nan')):.3f})",
+        f"best without pruning: {best_off} ({finals_off[best_off][0]:.3f} +- "
+        f"{finals_off[best_off][1]:.3f} stderr); best with pruning: {best_on} "
+        f"({finals_on[best_on][0] if finals_on else float('nan'):.3f})",
+        f"false positives: {len(false)} of {len(pruned)} pruned runs finished best or tied with "
+        f"the best (95%, unpaired)" + (f": {', '.join(false)}" if false else ""),
     ]
+    if post_kl_off > 0:
+        lines.append(
+            f"post-update KL's forward: {post_kl_off:.0f} s over every recorded step "
+            f"({100 * post_kl_off / time_off:.0f}% of the wall time), {post_kl_on:.0f} s on the "
+            f"steps run with the rules; net of it, pruning saves {net_s:.0f} s against a sweep "
+            f"without rules and without the KL ({100 * net_s / time_off:.0f}%; "
+            f"{net_s / step_s:.1f} of {total_off} trial-steps at {step_s:.3g} s a step)"
+        )
+    else:
+        lines.append("post-update KL's forward: its time was not recorded in these curves")
+    lines.append(
+        "warnings on the whole curves: " + ("; ".join(fired) if fired else "none fire on any run")
+    )
     return "\n".join(lines)
 
 
@@ -147,7 +211,7 @@ def main() -> None:
     r.add_argument("--curves", type=Path, default=CURVES)
     r.add_argument("overrides", nargs="*", help="config overrides, e.g. task=arithmetic")
     s = sub.add_parser("replay")
-    s.add_argument("--curves", type=Path, default=CURVES)
+    s.add_argument("--curves", type=Path, nargs="+", default=[CURVES])
     args = p.parse_args()
     if args.command == "record":
         record(
@@ -158,7 +222,8 @@ def main() -> None:
             tuple(args.seeds),
             tuple(args.overrides),
         )
-    print(summarize(args.curves))
+    for path in args.curves if args.command == "replay" else [args.curves]:
+        print(f"## {path.name}\n\n{summarize(path)}\n")
 
 
 if __name__ == "__main__":
