@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("trainer", "sweeper", "analysis", "hydra_plugins")
 
@@ -30,7 +32,7 @@ SETTINGS_SCHEMA = "hydra_plugins.grpo_sweeper.config"
 # own stage and those before it here, never one after. The modules beside the stages
 # (SweepError in the package, optuna_adapter) are below every stage; __main__ is on top.
 SWEEPER_STAGES = ["results", "plan", "study", "sweep"]
-SWEEPER_BESIDE = {"sweeper", "sweeper.optuna_adapter"}
+SWEEPER_BESIDE = frozenset({"sweeper", "sweeper.optuna_adapter"})
 
 # The trainer's sub-packages, bottom first: a module of one may import its own sub-package and
 # those before it here, never one after it (trainer/__init__.py says what each holds).
@@ -199,25 +201,45 @@ def test_packages_import_only_their_layer_and_below():
     assert not wrong, "\n".join(wrong)
 
 
-def trainer_layer_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Each import of a trainer module that reaches a sub-package above its own."""
-    rank = {layer: i for i, layer in enumerate(TRAINER_LAYERS)}
+def layer_violations(
+    graph: dict[str, set[str]],
+    package: str,
+    layers: list[str],
+    top: set[str],
+    below: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Each import of a `package` module that reaches a layer above its own: `layers` its
+    sub-packages bottom first, `top` modules above every layer, `below` modules under all."""
+    rank = {layer: i for i, layer in enumerate(layers)}
+
+    def layer_of(module: str) -> str:
+        return module.partition(".")[2].split(".")[0]
+
     wrong = []
     for module, targets in sorted(graph.items()):
-        if module.split(".")[0] != "trainer" or module in TRAINER_TOP:
+        if module.split(".")[0] != package or module in top:
             continue
-        layer = module.split(".")[1] if module.count(".") else ""
-        if layer not in rank:
-            wrong.append(f"{module} is in no layer (TRAINER_LAYERS: {', '.join(TRAINER_LAYERS)})")
+        layer = "below the layers" if module in below else layer_of(module)
+        own = -1 if module in below else rank.get(layer)
+        if own is None:
+            wrong.append(f"{module} is in no layer ({', '.join(layers)})")
             continue
         for target in sorted(targets):
-            if target.split(".")[0] != "trainer":
+            if target.split(".")[0] != package or target in below:
                 continue
-            if target in TRAINER_TOP:
+            if target in top:
                 wrong.append(f"{module} imports {target} (the top, above every layer)")
-            elif rank.get(target.split(".")[1], len(rank)) > rank[layer]:
+            elif rank.get(layer_of(target), len(rank)) > own:
                 wrong.append(f"{module} ({layer}) imports {target} (a layer above it)")
     return wrong
+
+
+def trainer_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return layer_violations(graph, "trainer", TRAINER_LAYERS, TRAINER_TOP)
+
+
+def sweeper_stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    return layer_violations(graph, "sweeper", SWEEPER_STAGES, {"sweeper.__main__"}, SWEEPER_BESIDE)
 
 
 def test_trainer_layers_import_only_their_own_and_below():
@@ -235,39 +257,21 @@ def test_the_trainer_layer_check_catches_an_upward_import():
     assert trainer_layer_violations(graph) == [
         "trainer.rl.step imports trainer (the top, above every layer)",
         "trainer.sampling.protocol (sampling) imports trainer.rl.step (a layer above it)",
-        "trainer.stray is in no layer (TRAINER_LAYERS: base, model, env, sampling, rl, run, backends)",
+        "trainer.stray is in no layer (base, model, env, sampling, rl, run, backends)",
     ]
 
 
-def test_every_trainer_sub_package_is_a_layer():
-    found = {path.parent.name for path in (ROOT / "trainer").glob("*/__init__.py")}
-    assert found == set(TRAINER_LAYERS)
+@pytest.mark.parametrize(
+    "package, layers", [("trainer", TRAINER_LAYERS), ("sweeper", SWEEPER_STAGES)]
+)
+def test_every_sub_package_is_a_layer(package, layers):
+    found = {path.parent.name for path in (ROOT / package).glob("*/__init__.py")}
+    assert found == set(layers)
 
 
 def test_the_settings_schema_every_layer_reads_is_a_leaf():
     inside = {t for t in import_graph()[SETTINGS_SCHEMA] if t.split(".")[0] in PACKAGES}
     assert inside <= {"trainer.base.metrics"}, inside
-
-
-def sweeper_stage_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Each import of a sweeper module that reaches a stage after its own in SWEEPER_STAGES."""
-    rank = {stage: i for i, stage in enumerate(SWEEPER_STAGES)}
-    wrong = []
-    for module, targets in sorted(graph.items()):
-        if module.split(".")[0] != "sweeper" or module == "sweeper.__main__":
-            continue
-        stage = module.split(".")[1] if module not in SWEEPER_BESIDE else None
-        if stage is not None and stage not in rank:
-            wrong.append(f"{module} is in no stage (SWEEPER_STAGES: {', '.join(SWEEPER_STAGES)})")
-            continue
-        for target in sorted(targets):
-            if target.split(".")[0] != "sweeper" or target in SWEEPER_BESIDE:
-                continue
-            if target == "sweeper.__main__":
-                wrong.append(f"{module} imports {target} (a command line, not a library)")
-            elif stage is None or rank[target.split(".")[1]] > rank[stage]:
-                wrong.append(f"{module} ({stage or 'beside the stages'}) imports {target}")
-    return wrong
 
 
 def test_sweeper_stages_import_only_their_own_and_below():
@@ -283,12 +287,7 @@ def test_the_sweeper_stage_check_catches_an_import_up_the_chain():
         "sweeper.stray": set(),
     }
     assert sweeper_stage_violations(graph) == [
-        "sweeper.optuna_adapter (beside the stages) imports sweeper.plan.space",
-        "sweeper.plan.settings (plan) imports sweeper.study.storage",
-        "sweeper.stray is in no stage (SWEEPER_STAGES: results, plan, study, sweep)",
+        "sweeper.optuna_adapter (below the layers) imports sweeper.plan.space (a layer above it)",
+        "sweeper.plan.settings (plan) imports sweeper.study.storage (a layer above it)",
+        "sweeper.stray is in no layer (results, plan, study, sweep)",
     ]
-
-
-def test_every_sweeper_sub_package_is_a_stage():
-    found = {path.parent.name for path in (ROOT / "sweeper").glob("*/__init__.py")}
-    assert found == set(SWEEPER_STAGES)
