@@ -3,7 +3,7 @@ pick the same winner (or call it tied).
 
     python bench/bench_backends.py [--rounds 2] [--steps 6] [--model-path DIR] [--note TEXT]
 
-One sweep is the README's 2 x 2 grid (`group_size=4,8 lr=...`), run as a user runs it
+One sweep is a 2 x 2 grid like the README's (`group_size=4,8 lr=...`), run as a user runs it
 (`python -m sweeper -m`, a fresh directory, the default SQLite stores), once with
 `backend=ours` and once with `backend=trl`, alternated round by round (A B A B) so load drift
 on a shared host hits both alike. A trial's step time is the median gap between its
