@@ -35,7 +35,7 @@ sweep/       running the plan
   terminator      terminator=true: stop a search when nothing more is to gain
 results/     what a sweep leaves and shows
   runs            the sweep's MLflow runs and how each one ends
-  display         the progress line after each trial and the final table
+  display         the study's trial counts, the progress line after each trial, the final table
 
 Beside the stages: `optuna_adapter` (every use of Optuna's and Hydra's non-public API, in one
 place), `SweepError` below (the one error a user sees: one line, exit code 1), and
