@@ -30,6 +30,7 @@ from trainer.base.errors import first_line
 from trainer.run.database import (
     DatabaseUnreachable,
     advisory_lock,
+    note_if_slow,
     note_store_failure,
     retried,
     schema_lock,
@@ -211,7 +212,9 @@ class Heartbeat:
                 for trial_id in list(self.in_flight()):
                     # Not retried here: a thread that waited out a lost database would log
                     # after the sweep's last line.
+                    started = time.monotonic()
                     RDBStorage.record_heartbeat(storage, trial_id)
+                    note_if_slow(started)
                 pause = self.interval
             except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
                 # a second, not an interval later, so busy moments never add up to the grace period

@@ -35,6 +35,9 @@ BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # waits between tries; the last one repea
 # A SQLite file locked by another process is busy, not away: each try already waited the
 # driver's busy timeout, so lock contention is retried this long at most, then raised as is.
 LOCKED_WINDOW_S = 30.0
+# A paused server (or a stalled network) makes calls wait rather than fail: a call this slow
+# is taken as an outage, so others' heartbeats, as late as it was, are not read as deaths.
+SLOW_CALL_S = 5.0
 SCHEMA_LOCK_KEY = zlib.crc32(b"grpo-sweeper schema")
 # Tests only: "<folder>:<n>" makes n processes wait for each other right before they create
 # a store's schema, so that the race the schema lock prevents happens every time.
@@ -49,6 +52,14 @@ _last_failure = {"at": -math.inf}  # when a store call of this process last fail
 def note_store_failure() -> None:
     """A store call failed to reach its database (retried, or a heartbeat that failed)."""
     _last_failure["at"] = time.monotonic()
+
+
+def note_if_slow(started: float) -> None:
+    """A store call that began at `started` (time.monotonic) and returned: one slower than
+    SLOW_CALL_S waited on a database that was away without failing (a paused server, a
+    network stall), so the outage counts from its end, as a failed call's would."""
+    if time.monotonic() - started > SLOW_CALL_S:
+        note_store_failure()
 
 
 def calm_for() -> float:
@@ -120,13 +131,16 @@ def retried(
     window_s = retry_window() if window_s is None else window_s
     started = time.monotonic()
     for attempt in range(1_000_000):
+        tried_at = time.monotonic()
         try:
             with store_call():
                 if attempt and applied is not None:
                     done, result = applied()
                     if done:
                         return result
-                return call()
+                result = call()
+            note_if_slow(tried_at)
+            return result
         except Exception as e:
             cause = _connection_error(e)
             if cause is None:
