@@ -217,7 +217,7 @@ def _same_tensors(saved: dict, live: dict, name: str, exact: bool) -> None:
     if extra or missing:
         raise CheckpointRefused(f"{name} is not this model's: {(extra + missing)[:3]}")
     for key, tensor in saved.items():
-        if tensor.shape != live[key].shape or tensor.dtype.is_floating_point is False:
+        if tensor.shape != live[key].shape or not tensor.dtype.is_floating_point:
             raise CheckpointRefused(f"{name}: {key} is {tensor.dtype} {list(tensor.shape)}")
 
 
