@@ -26,6 +26,9 @@ from trainer.run.train import TrainResult
 BATCH, FEATURES = 8, 4
 
 
+RESUMED_FROM = 2  # the checkpoint step the ranks say they loaded (none is)
+
+
 def fixed_batch() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(BATCH, FEATURES, generator=g)
@@ -42,6 +45,7 @@ def ddp_rank(cfg, reporter) -> TrainResult:
     x, y = fixed_batch()
     Path(t.out).mkdir(parents=True, exist_ok=True)
     mine = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+    reporter.resumed(RESUMED_FROM)  # every rank says it; the job hears it once
     for step in range(1, t.steps + 1):
         _note(t.out, rank, seen)
         if t.kill_at and t.kill_at.rank == rank and t.kill_at.step == step:

@@ -12,11 +12,17 @@ import shutil
 import struct
 from pathlib import Path
 
+import optuna
 import pytest
 import safetensors.torch
 import torch
 from conftest import Recorder, compose_conf
+from mlflow.tracking import MlflowClient
 
+from analysis import records
+from analysis.records import State, StudyAttr, Tag
+from sweeper.sweep import job
+from trainer.base.metrics import EVAL_REWARD
 from trainer.model import packing
 from trainer.model.policy import collate, token_logprobs
 from trainer.run import checkpoint
@@ -160,8 +166,8 @@ PLANTS = {
 }
 
 
-# Refused only against the live run (its model's shapes, its scheduler's keys): a sweep's record
-# before training names the newer step; the trial's final record takes the step train() loaded.
+# Refused only against the live run (its model's shapes, its scheduler's keys): a sweep's guess
+# before training names the newer step; its records are set once train() loads (test below).
 FIT_ONLY = {"scheduler attribute injected", "weight of the wrong shape"}
 
 
@@ -220,3 +226,51 @@ def test_resume_past_a_planted_checkpoint_is_bit_identical_to_a_straight_run(sav
     for step in (3, 4, 5, 6):
         assert resumed.steps[step]["reward/mean"] == straight.steps[step]["reward/mean"]
         assert resumed.steps[step]["loss"] == straight.steps[step]["loss"]
+
+
+def _bound_trial(tmp_path: Path, output_dir: Path, *overrides: str):
+    """A live trial of a one-trial study and a sweep job's config bound to it, resuming."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="resume", storage=storage, direction="maximize")
+    attrs = {
+        StudyAttr.OBJECTIVE: EVAL_REWARD,
+        StudyAttr.DIRECTION: "maximize",
+        StudyAttr.HEALTH_RULES: [],
+        StudyAttr.KL_THRESHOLD: 0.1,
+        StudyAttr.PRUNER: "none",
+        StudyAttr.PRUNER_WARMUP_STEPS: 0,
+        StudyAttr.SEEDS: 1,
+        StudyAttr.MLFLOW_TRACKING_URI: f"sqlite:///{tmp_path}/mlflow.db",
+    }
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    trial = study.ask()
+    binding = [f"trial.id={trial._trial_id}", f"trial.number={trial.number}"]
+    binding += [f"trial.storage='{storage}'", "trial.study=resume"]
+    cfg = compose_conf(
+        f"output_dir={output_dir}", "resume=true", *binding, *overrides, config_name="sweep"
+    )
+    return study, cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "unfit, loaded", [(["step_000004"], 2), (["step_000004", "step_000002"], None)]
+)
+def test_a_sweep_trial_records_the_step_it_loaded_not_the_one_it_guessed(
+    saved_run, tmp_path, unfit, loaded
+):
+    """A checkpoint that reads but does not fit the model passes the guess made before
+    training; the MLflow tag and the seed's record then say what train() loaded."""
+    output_dir = tmp_path / "run"
+    shutil.copytree(saved_run, output_dir)
+    for name in unfit:
+        _wrong_shape_weight(output_dir / "checkpoints" / name, tmp_path / "marker")
+    study, cfg = _bound_trial(tmp_path, output_dir, *SMALL, "max_steps=6")
+    assert job._resumed_from(cfg) == 4  # the guess: the newest that reads
+    job.run_trial(cfg)
+    (seed_run,) = records.replicates(study.trials[0])
+    assert seed_run.state == State.COMPLETE and seed_run.steps_run == 6
+    assert seed_run.resumed_from_step == loaded
+    tags = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(seed_run.run_id).data.tags
+    assert tags.get(Tag.RESUMED_FROM_STEP) == (None if loaded is None else str(loaded))

@@ -43,6 +43,10 @@ class Recorder:
         self.steps: list[int] = []
         self.metrics: list[dict] = []
         self.stop_at, self.error = stop_at, error
+        self.resumed_from: list[int | None] = []
+
+    def resumed(self, step: int | None) -> None:
+        self.resumed_from.append(step)
 
     def report(self, step: int, metrics: dict) -> None:
         self.steps.append(step)
@@ -70,6 +74,7 @@ def test_two_ranks_finish_and_the_job_sees_every_step_once(tmp_path):
     reporter = Recorder()
     result = launch(config(tmp_path), reporter, RANKS)
     assert reporter.steps == [1, 2, 3, 4]
+    assert reporter.resumed_from == [2]  # rank 0's word, once
     assert result.final_eval == reporter.metrics[-1]["loss"]
     assert reporter.metrics[-1]["loss"] < reporter.metrics[0]["loss"]  # it trained
     for rank in (0, 1):

@@ -5,6 +5,9 @@ GRPOTrainer (health pruning, the verdict, the tuned file, resuming after SIGTERM
 from __future__ import annotations
 
 import json
+import logging
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -405,3 +408,126 @@ def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_pat
     assert not any(t.state.name == "RUNNING" for t in trials)
     _, alive = psutil.wait_procs(ranks, timeout=10)
     assert not alive  # no rank outlives its trial
+
+
+# --- resuming from TRL's checkpoints: nothing planted runs, a bad one is refused -------------
+# Trainer reads a checkpoint as JSON, safetensors and torch.load(weights_only=True); the
+# backend reads each file the same way first, so a bad one is refused for the one before.
+
+TINY_SAVED = ["backend=trl", "batch_size=4", "group_size=2", "eval_every=0", "task.eval_size=16"]
+
+
+class _Planted:
+    """A pickle that, when unpickled, creates `marker` (open(marker, "w"))."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture(scope="module")
+def trl_saved(tmp_path_factory) -> Path:
+    """A real 4-step TRL run with checkpoint-2 and checkpoint-4."""
+    from trainer.backends import train
+
+    root = tmp_path_factory.mktemp("trl_saved") / "run"
+    train(compose_conf(f"output_dir={root}", *TINY_SAVED, "max_steps=4", "save_every=2"))
+    return root
+
+
+def _truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[:100])
+
+
+TRL_PLANTS = {
+    "pickle as rng_state.pth": lambda f, m: (f / "rng_state.pth").write_bytes(
+        pickle.dumps(_Planted(m))
+    ),
+    "pickle as optimizer.pt": lambda f, m: (f / "optimizer.pt").write_bytes(
+        pickle.dumps(_Planted(m))
+    ),
+    "truncated adapter": lambda f, m: _truncate(f / "adapter_model.safetensors"),
+    "scheduler attribute injected": lambda f, m: torch_save(
+        {**torch_load(f / "scheduler.pt"), "optimizer": "hijacked"}, f / "scheduler.pt"
+    ),
+    "another adapter in a sub-folder": lambda f, m: shutil.copytree(f, f / "extra"),
+    "step that is not the folder's": lambda f, m: (f / "trainer_state.json").write_text(
+        json.dumps({**json.loads((f / "trainer_state.json").read_text()), "global_step": 9})
+    ),
+}
+
+
+def _wrong_shape_adapter(folder: Path, marker: Path) -> None:
+    """Reads, but is not this run's adapter: refused only against the live model."""
+    import safetensors.torch
+    import torch
+
+    file = folder / "adapter_model.safetensors"
+    tensors = safetensors.torch.load_file(file)
+    tensors[next(iter(tensors))] = torch.zeros(3, 3)
+    safetensors.torch.save_file(tensors, file)
+
+
+def torch_save(value, file: Path) -> None:
+    import torch
+
+    torch.save(value, file)
+
+
+def torch_load(file: Path):
+    import torch
+
+    return torch.load(file, weights_only=True)
+
+
+@needs_trl
+@pytest.mark.parametrize("plant", list(TRL_PLANTS))
+def test_a_planted_trl_checkpoint_is_refused_and_nothing_in_it_runs(trl_saved, tmp_path, plant):
+    from trainer.backends.trl import checkpoints
+
+    output_dir = tmp_path / "run"
+    shutil.copytree(trl_saved, output_dir)
+    TRL_PLANTS[plant](output_dir / "checkpoint-4", tmp_path / "marker")
+    assert checkpoints.newest_usable(output_dir, warn=False) == output_dir / "checkpoint-2"
+    assert not (tmp_path / "marker").exists()
+
+
+class _ResumeRecorder:
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.resumed_from: list[int | None] = []
+
+    def report(self, step: int, metrics) -> None:
+        self.steps.append(step)
+
+    def resumed(self, step: int | None) -> None:
+        self.resumed_from.append(step)
+
+
+@needs_trl
+@pytest.mark.slow
+@pytest.mark.parametrize("plant, named", [("rng pickle", "rng_state.pth"), ("shape", "lora_")])
+def test_a_trl_run_resumes_past_a_bad_checkpoint_from_the_one_before(
+    trl_saved, tmp_path, caplog, plant, named
+):
+    """The payload is live (the control), Trainer never meets it (nor an adapter that is not
+    the run's), the run completes from checkpoint-2 and says so."""
+    from trainer.backends import train
+
+    pickle.loads(pickle.dumps(_Planted(tmp_path / "control")))
+    assert (tmp_path / "control").exists()
+    output_dir = tmp_path / "run"
+    shutil.copytree(trl_saved, output_dir)
+    planting = {"rng pickle": TRL_PLANTS["pickle as rng_state.pth"], "shape": _wrong_shape_adapter}
+    planting[plant](output_dir / "checkpoint-4", tmp_path / "marker")
+    recorder = _ResumeRecorder()
+    cfg = compose_conf(f"output_dir={output_dir}", *TINY_SAVED, "max_steps=3", "resume=true")
+    with caplog.at_level(logging.WARNING):
+        result = train(cfg, recorder)
+    assert not (tmp_path / "marker").exists()
+    assert result.resumed_from_step == 2 and recorder.resumed_from == [2]
+    assert recorder.steps == [3]  # from step 2, the good one
+    (line,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "checkpoint-4" in line and named in line and "\n" not in line

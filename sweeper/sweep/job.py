@@ -94,6 +94,7 @@ class TrialReporter:
         monitor: HealthMonitor,
         reports_to_optuna: bool,
         prune_on_objective: bool,
+        record: Replicate | None = None,
     ) -> None:
         self.run = run
         self.trial = trial
@@ -106,16 +107,34 @@ class TrialReporter:
         self.baseline: float | None = None
         self.warnings: dict[str, str] = {}  # rule -> its first firing's line
         self.forecaster: Forecaster | None = None  # pruner=forecast
+        self.record = record  # this seed's record while it trains (None: kept elsewhere)
 
     @property
     def health_rules(self) -> list[HealthRule]:
         """The study's rules this trial is checked by (a backend names those it cannot feed)."""
         return self.monitor.rules
 
-    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+    def resumed(self, step: int | None) -> None:
+        """The checkpoint step training loaded (None: step 0). The records made before
+        training name the newest checkpoint that reads, which may not fit the run: they are
+        set right here, the MLflow tag and the seed's record alike."""
+        if self.record is None or step == self.record.resumed_from_step:
+            return
+        self._still_ours()
+        if step is not None:
+            self.run.set_tags({Tag.RESUMED_FROM_STEP: step})
+        elif self.record.resumed_from_step is not None:  # the tag the guess set
+            self.run.delete_tag(Tag.RESUMED_FROM_STEP)
+        self.record = replace(self.record, resumed_from_step=step, steps_run=step or 0)
+        self.trial.set_user_attr(records.replicate_key(self.record.seed), self.record.as_attr())
+
+    def _still_ours(self) -> None:
         # Taken over (another worker saw it stale and queued its point): stop writing at once.
         if oa.fresh(self.trial.study, oa.trial_id(self.trial)).state != TrialState.RUNNING:
             raise TakenOver(f"t{self.trial.number} was taken over by another worker")
+
+    def report(self, step: int, metrics: Mapping[str, float]) -> None:
+        self._still_ours()
         self.run.log_metrics(step, metrics)
         self.last.update(metrics)
         self.steps_run = step
@@ -302,6 +321,7 @@ def run_trial(cfg: DictConfig) -> float:
         ),
         reports_to_optuna=first,
         prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", FORECAST),
+        record=started,
     )
     if attrs[StudyAttr.PRUNER] == FORECAST:
         reporter.forecaster = Forecaster(
@@ -324,7 +344,9 @@ def run_trial(cfg: DictConfig) -> float:
         # sees the run lost and queues it again. Taken over: the trial and its run are the
         # other worker's now.
         if not isinstance(error, DatabaseUnreachable | RankLost | TakenOver):
-            replicate = outcome(started, reporter, result, error)
+            if result is not None:  # what the backend loaded, had it not said so already
+                reporter.resumed(result.resumed_from_step)
+            replicate = outcome(reporter.record or started, reporter, result, error)
             trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)
             close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
@@ -358,11 +380,9 @@ def outcome(
 ) -> Replicate:
     """This seed's record, whatever the ending."""
     objective = reporter.objective
-    per_problem, resumed = None, started.resumed_from_step
+    per_problem = None
     if result is not None:
         per_problem = getattr(result, "final_eval_rewards", {}).get(objective)
-        # train() may have refused a checkpoint that reads but does not fit the model
-        resumed = getattr(result, "resumed_from_step", resumed)
     if error is None:
         state, reason, breach = State.COMPLETE, "", None
     elif isinstance(error, TrialPruned):
@@ -382,7 +402,6 @@ def outcome(
         reason=reason,
         breach=breach,
         per_problem=tuple(per_problem) if per_problem is not None else None,
-        resumed_from_step=resumed,
         warnings=tuple(reporter.warnings.values()),
     )
 

@@ -13,6 +13,8 @@ Each rank talks to the job over a local socket (multiprocessing.connection, an a
   - `reporter.report(step, metrics)` is a collective: every rank calls it at the same steps;
     rank 0's metrics go to the job's reporter, whose verdict (go on, or the exception it raised:
     TrialPruned, KeyboardInterrupt) is broadcast to every rank, which raises it at that call;
+  - `reporter.resumed(step)`, the checkpoint step loaded, goes from rank 0 to the job's
+    reporter (an exception it raises, e.g. TakenOver, stops the run);
   - rank 0 sends the TrainResult at the end, every rank its outcome (done, stopped, or the
     exception it raised).
 The job then decides: a verdict is raised again; a rank's own error fails the trial with that
@@ -156,6 +158,10 @@ class _Ranks:
             self.workers.append(psutil.Process(pid))
         elif kind == "report":
             conn.send(self._verdict_on(*body))
+        elif kind == "resumed":
+            from trainer.run.train import report_resumed  # the job has it loaded already
+
+            report_resumed(self.reporter, body[0])
         elif kind == "result":
             self.result = body[0]
         elif kind == "error":

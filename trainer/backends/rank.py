@@ -42,6 +42,11 @@ class RankReporter:
             self.verdict = verdict[0]
             raise self.verdict
 
+    def resumed(self, step: int | None) -> None:
+        """The checkpoint step loaded (the same on every rank): rank 0 says it to the job."""
+        if self.rank == 0:
+            self.conn.send(("resumed", step))
+
 
 def _connect() -> Connection:
     host, _, port = os.environ[ENV_ADDRESS].rpartition(":")

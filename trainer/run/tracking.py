@@ -279,6 +279,9 @@ class MLflowRun:
         for key, value in tags.items():
             self.client.set_tag(self.run_id, key, str(value))
 
+    def delete_tag(self, key: str) -> None:
+        self.client.delete_tag(self.run_id, key)
+
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 

@@ -47,6 +47,10 @@ class Reporter(Protocol):
     def report(self, step: int, metrics: dict[str, float]) -> None:
         """Receive a step's metrics; raising stops training (e.g. a pruned sweep trial)."""
 
+    # Optional: `resumed(step)`, called once before the first step with the checkpoint step
+    # actually loaded (None: a start from step 0), so a record made before training, which
+    # could only guess, says what was loaded (a sweep trial's).
+
 
 @dataclass
 class TrainResult:
@@ -83,7 +87,8 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     if resumed is not None:
         start_step = resumed
         log.info("Resumed from the step %d checkpoint in %s", start_step, cfg.output_dir)
-    else:
+    report_resumed(reporter, resumed)
+    if resumed is None:
         eval_metrics, _ = evaluate(sampler, task, settings, cfg)
         baseline = eval_metrics[metrics_names.EVAL_REWARD]
         advice = baseline_advice(
@@ -244,3 +249,10 @@ def shown_kl(metrics: dict[str, float]) -> dict[str, str]:
 def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
     if reporter is not None:
         reporter.report(step, metrics)
+
+
+def report_resumed(reporter: Reporter | None, step: int | None) -> None:
+    """The checkpoint step actually loaded (None: step 0), to a reporter that takes it."""
+    hook = getattr(reporter, "resumed", None)
+    if hook is not None:
+        hook(step)

@@ -105,7 +105,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trl import GRPOConfig
 
     from trainer.backends.trl.callback import Reporting
-    from trainer.backends.trl.checkpoints import latest, resumed_from_step
+    from trainer.backends.trl.checkpoints import newest_usable, step_of
     from trainer.backends.trl.data import training_data, with_trl_rewards
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
@@ -113,7 +113,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.tasks import make_task
     from trainer.run.lr import resolve_lr
-    from trainer.run.train import TrainResult
+    from trainer.run.train import TrainResult, report_resumed
     from trainer.run.validation import validate
     from trainer.sampling.model_source import lora_config, model_path
 
@@ -140,19 +140,22 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         peft_config=lora,
         prompt_ids=data.prompt_ids,
     )
-    checkpoint = latest(cfg.output_dir) if cfg.resume else None
     main = trainer.accelerator.is_main_process
+    # the newest checkpoint that reads and fits (each newer one refused in a line), else step 0
+    checkpoint = newest_usable(cfg.output_dir, trainer, warn=main) if cfg.resume else None
+    resumed_from = None if checkpoint is None else step_of(checkpoint, cfg)
+    report_resumed(reporter, resumed_from)
     evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
-    resumed = checkpoint is not None
+    resumed = resumed_from is not None
     reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts)
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
     if checkpoint is not None:
-        log.info("Resumed from %s (step %d)", checkpoint, resumed_from_step(cfg))
+        log.info("Resumed from %s (step %d)", checkpoint, resumed_from)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if reporting.error is not None:
         raise reporting.error
-    if checkpoint is not None and resumed_from_step(cfg) >= cfg.max_steps:
+    if resumed_from is not None and resumed_from >= cfg.max_steps:
         # resumed from the last step's checkpoint: its result is the final eval
         reporting.report(cfg.max_steps, reporting.eval_metrics(), trainer.control)
         if reporting.error is not None:
@@ -164,7 +167,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         reporting.baseline,
         Path(cfg.output_dir),
         reporting.per_problem,
-        resumed_from_step=resumed_from_step(cfg) if checkpoint is not None else None,
+        resumed_from_step=resumed_from,
     )
 
 
