@@ -1,6 +1,6 @@
 """Chaos on a shared study: 8 workers on one PostgreSQL server (the Optuna study and MLflow's
 tracking store in two databases of it) for 10 minutes, a random worker killed every few seconds
-(SIGKILL or SIGTERM, half each) and started again, two server restarts and one pause of the
+(SIGKILL or SIGTERM, half each; one up 45 s at least, so past its start) and started again, two server restarts and one pause of the
 whole server (every postgres process SIGSTOPped) for longer than the heartbeat grace. Then
 the chaos stops, the live workers finish, and the same command runs once more. Checked:
 
@@ -40,10 +40,15 @@ from analysis.records import TrialAttr  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 GRID = ["lr=1e-3,2e-3,3e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
-TRAINING = ["max_steps=15", "save_every=3", "eval_every=0", "task.eval_size=16"]
+TRAINING = ["max_steps=30", "save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.health=[]", "hydra.sweeper.heartbeat_interval=3"]
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once
+# A kill lands on a worker up this long: one killed while it starts (imports, the study's
+# checks: 20-40 s with 8 workers on 2 cores) leaves nothing to recover.
+MIN_AGE_S = 45
+# 8 workers on 2 cores: one thread each, or torch's threads fight each other.
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 class Workers:
@@ -53,6 +58,7 @@ class Workers:
     def __init__(self, root: Path, storage: str, tracking: str, args: list[str]) -> None:
         self.root, self.storage, self.tracking, self.args = root, storage, tracking, args
         self.live: dict[int, subprocess.Popen] = {}
+        self.born: dict[int, float] = {}
         self.started = 0
         self.exits: Counter = Counter()
 
@@ -64,11 +70,16 @@ class Workers:
         self.live[slot] = subprocess.Popen(
             [*command, *self.args],
             cwd=cwd,
-            env={**os.environ, "MLFLOW_TRACKING_URI": self.tracking},
+            env={**os.environ, **WORKER_ENV, "MLFLOW_TRACKING_URI": self.tracking},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+        self.born[slot] = time.monotonic()
         self.started += 1
+
+    def grown(self) -> list[int]:
+        """The slots whose worker is up MIN_AGE_S or longer (past its start, training)."""
+        return sorted(s for s in self.live if time.monotonic() - self.born[s] >= MIN_AGE_S)
 
     def reap(self) -> list[int]:
         """The slots whose worker ended (their exit codes counted)."""
@@ -99,12 +110,12 @@ def pause(data_dir: Path, seconds: float) -> None:
 
 
 def chaos(workers: Workers, server, data_dir: Path, minutes: float, rng: random.Random) -> dict:
-    """Kill a random worker every 3-9 s (and refill its slot); restart the server at 25% and
-    65% of the time, pause it at 45%. Returns the counts."""
+    """Kill a random worker (one up MIN_AGE_S) every 4-12 s and refill its slot; restart the
+    server at 25% and 65% of the time, pause it at 45%. Returns the counts."""
     counts = Counter()
     began = time.monotonic()
     events = [(0.25, "restart"), (0.45, "pause"), (0.65, "restart")]
-    next_kill = began + rng.uniform(3, 9)
+    next_kill = began + rng.uniform(4, 12)
     while (elapsed := time.monotonic() - began) < 60 * minutes:
         for slot in workers.reap():
             workers.start(slot)
@@ -116,12 +127,12 @@ def chaos(workers: Workers, server, data_dir: Path, minutes: float, rng: random.
             else:
                 pause(data_dir, PAUSE_S)
             counts[f"server_{what}s"] += 1
-        if time.monotonic() >= next_kill and workers.live:
-            slot = rng.choice(sorted(workers.live))
+        if time.monotonic() >= next_kill and workers.grown():
+            slot = rng.choice(workers.grown())
             how = rng.choice([signal.SIGKILL, signal.SIGTERM])
             workers.live[slot].send_signal(how)
             counts[f"{how.name}s"] += 1
-            next_kill = time.monotonic() + rng.uniform(3, 9)
+            next_kill = time.monotonic() + rng.uniform(4, 12)
         time.sleep(0.2)
     return dict(counts)
 

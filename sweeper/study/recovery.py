@@ -5,8 +5,9 @@ died (no record, a record still RUNNING, a heartbeat that stopped), or a store s
 unreachable past the retry window (trainer.run.database.DatabaseUnreachable). A lost trial is
 recorded interrupted, which counts toward nothing (not max_failure_rate), and its point is
 queued again to resume from its last checkpoint (slots.give_back). The same point lost
-`max_lost_in_a_row` times in a row fails with the reason: a run that kills its own worker
-(out of memory) must not loop forever. A genuine failure (an exception in training, NaN) is
+`max_lost_in_a_row` times in a row, each time without saving a checkpoint, fails with the
+reason: a run that kills its own worker (out of memory) must not loop forever, while one that
+gets further each time (a busy preemptible cluster) is not a loop. A genuine failure (an exception in training, NaN) is
 recorded by its job and stays FAIL.
 """
 
@@ -18,6 +19,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
 
+from analysis import records
 from analysis.records import Replicate, State, TrialAttr
 from sweeper import optuna_adapter as oa
 from trainer.base.errors import fail_reason, first_line
@@ -57,10 +59,15 @@ def interrupt(study: optuna.Study, trial_id: int, reason: str) -> bool:
 
 def lose(study: optuna.Study, trial_id: int, reason: str, max_in_a_row: int) -> bool:
     """A trial lost to the infrastructure: interrupted, its point to be queued again, or
-    failed with the reason once its point was lost max_in_a_row times in a row. False when it
-    had ended already. Call under storage.exclusive."""
-    lost = oa.fresh(study, trial_id).user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0) + 1
+    failed with the reason once its point was lost max_in_a_row times in a row with no new
+    checkpoint. False when it had ended already. Call under storage.exclusive."""
+    trial = oa.fresh(study, trial_id)
+    saved = checkpoints_saved(trial)
+    seen = set(trial.user_attrs.get(TrialAttr.CHECKPOINTS_SEEN, []))
+    row = 0 if saved - seen else trial.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0)
+    lost = row + 1
     try:
+        oa.set_attr(study, trial_id, TrialAttr.CHECKPOINTS_SEEN, sorted(saved))
         oa.set_attr(study, trial_id, TrialAttr.LOST_IN_A_ROW, lost)
         if lost < max_in_a_row:
             return interrupt(study, trial_id, f"lost: {reason}; queued again")
@@ -70,6 +77,23 @@ def lose(study: optuna.Study, trial_id: int, reason: str, max_in_a_row: int) -> 
     except UpdateFinishedTrialError:
         return False
     return True
+
+
+def checkpoints_saved(trial: FrozenTrial) -> set[str]:
+    """The checkpoint folders its seeds' runs have saved (either backend's layout): a name
+    not there when it was last lost means it got further."""
+    from trainer.backends.trl import checkpoints as trl_checkpoints
+    from trainer.run import checkpoint
+
+    found = set()
+    for seed in records.replicates(trial):
+        if seed.output_dir:
+            for folder in [
+                *checkpoint.checkpoint_dirs(seed.output_dir),
+                *trl_checkpoints.checkpoint_dirs(seed.output_dir),
+            ]:
+                found.add(str(folder))
+    return found
 
 
 def fail_stale_trials(study: optuna.Study, reason: str, max_in_a_row: int) -> list[FrozenTrial]:

@@ -78,6 +78,7 @@ def give_back(
         TrialAttr.RETRY_OF: trial.number,
         TrialAttr.RESUME_DIRS: resume_dirs,
         TrialAttr.LOST_IN_A_ROW: trial.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0),
+        TrialAttr.CHECKPOINTS_SEEN: trial.user_attrs.get(TrialAttr.CHECKPOINTS_SEEN, []),
         **(carried or {}),
     }
     study.enqueue_trial(trial.params, user_attrs=attrs)
