@@ -89,27 +89,7 @@ class Workers:
         return ended
 
 
-def server_processes(data_dir: Path) -> list[int]:
-    """The postmaster and its children (every backend): what a paused host freezes."""
-    import psutil
-
-    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-    parent = psutil.Process(postmaster)
-    return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
-
-
-def pause(data_dir: Path, seconds: float) -> None:
-    pids = server_processes(data_dir)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(seconds)
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-
-
-def chaos(workers: Workers, server, data_dir: Path, minutes: float, rng: random.Random) -> dict:
+def chaos(workers: Workers, server, minutes: float, rng: random.Random) -> dict:
     """Kill a random worker (one up MIN_AGE_S) every 4-12 s and refill its slot; restart the
     server at 25% and 65% of the time, pause it at 45%. Returns the counts."""
     counts = Counter()
@@ -125,7 +105,7 @@ def chaos(workers: Workers, server, data_dir: Path, minutes: float, rng: random.
             if what == "restart":
                 server.pg_ctl("restart", "-m", "fast")
             else:
-                pause(data_dir, PAUSE_S)
+                server.paused(PAUSE_S)
             counts[f"server_{what}s"] += 1
         if time.monotonic() >= next_kill and workers.grown():
             slot = rng.choice(workers.grown())
@@ -221,14 +201,13 @@ def main() -> None:
         points *= len(axis.split("=", 1)[1].split(","))
     root = Path(tempfile.mkdtemp(prefix="grpo-sweeper-chaos-"))
     with started_server() as server:
-        data_dir = Path(server.control[server.control.index("-D") + 1])
         storage, tracking = server.database("optuna"), server.database("mlflow")
         workers = Workers(root, storage, tracking, [*GRID, *TRAINING, *SWEEP])
         for slot in range(args.workers):
             workers.start(slot)
         began = time.monotonic()
         try:
-            counts = chaos(workers, server, data_dir, args.minutes, rng)
+            counts = chaos(workers, server, args.minutes, rng)
             say(f"chaos over after {time.monotonic() - began:.0f} s: {counts}; draining")
             unfinished = drain(workers, timeout_s=900)
             workers.start(0)  # the same command once more

@@ -9,9 +9,12 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import free_port
@@ -39,6 +42,22 @@ class PostgresServer:
         to the clients (every connection dropped, the server away for a moment)."""
         assert self.control is not None, "not a server these tests started"
         subprocess.run([*self.control, *action], check=True, capture_output=True, timeout=60)
+
+    def paused(self, seconds: float) -> None:
+        """Every server process stopped (SIGSTOP) for `seconds`, then continued: a host that
+        stalls or a network that holds packets. Calls wait rather than fail meanwhile."""
+        import psutil
+
+        data = Path(self.control[self.control.index("-D") + 1])
+        postmaster = psutil.Process(int((data / "postmaster.pid").read_text().split()[0]))
+        processes = [postmaster, *postmaster.children(recursive=True)]
+        for process in processes:
+            process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
 
 
 @contextlib.contextmanager

@@ -320,3 +320,27 @@ def test_after_an_outage_a_trial_is_taken_over_only_once_the_grace_has_passed_ag
     time.sleep(2.2)  # the grace again, counted from the store's return: now it is lost
     give_back_stale(study, settings, "s")
     assert [t.state.name for t in study.get_trials()] == ["FAIL", "WAITING"]
+
+
+@pytest.mark.postgres
+def test_a_paused_server_counts_as_an_outage_though_no_call_failed(own_postgres):  # noqa: F811
+    """A server that stalls (every process SIGSTOPped) makes calls wait, not fail: the call
+    that waited it out still marks the outage, so others' heartbeats, as late as it was, are
+    not read as deaths until the grace has passed again."""
+    import threading
+
+    import sqlalchemy
+
+    from trainer.run.database import SLOW_CALL_S, calm_for, retried
+
+    engine = sqlalchemy.create_engine(own_postgres.database("paused"))
+    with engine.connect() as connection:  # connected before the pause, as a worker's pool is
+        pause = threading.Thread(target=own_postgres.paused, args=(SLOW_CALL_S + 2,))
+        pause.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert retried(lambda: connection.execute(sqlalchemy.text("SELECT 1")).scalar(), "t") == 1
+        waited = time.monotonic() - started
+        pause.join()
+    assert waited > SLOW_CALL_S
+    assert calm_for() < 1  # counted from the call's end: the server's return
