@@ -21,8 +21,9 @@ from analysis.load import (
     quick_mlflow,
 )
 from analysis.mlflow_ui import study_link
-from analysis.records import DEFAULT_EXPERIMENT, DEFAULT_STORAGE, StudyAttr
+from analysis.records import DEFAULT_EXPERIMENT, StudyAttr
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
+from hydra_plugins.grpo_sweeper.config import DEFAULT_STORAGE
 from trainer.base.errors import first_line
 
 

@@ -27,8 +27,6 @@ from analysis.records import (
     StudyAttr,
     Tag,
     TrialAttr,
-    absolute_url,
-    sqlite_path,
 )
 from analysis.stores import ResilientRDBStorage
 from trainer.base.errors import first_line
@@ -45,7 +43,14 @@ from trainer.base.metrics import (
     stderr_of,
 )
 from trainer.rl.health import FORECAST
-from trainer.run.database import DatabaseUnreachable, retried, scheme, shown_url
+from trainer.run.database import (
+    DatabaseUnreachable,
+    absolute_url,
+    retried,
+    scheme,
+    shown_url,
+    sqlite_path,
+)
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even

@@ -8,18 +8,15 @@ layer the sweeper writes through and the analysis reads, so analysis never impor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
 from trainer.base.config import TrainConfig
+from trainer.base.metrics import is_finite_number
 
-SQLITE_PREFIX = "sqlite:///"
-DEFAULT_STORAGE = "sqlite:///sweeps.db"  # hydra.sweeper.storage's default
 DEFAULT_EXPERIMENT = TrainConfig.experiment
 
 
@@ -219,32 +216,12 @@ def is_interrupted(trial: FrozenTrial) -> bool:
 
 def best_trial(trials: Iterable[FrozenTrial], maximize: bool) -> FrozenTrial | None:
     """The best COMPLETE trial with a finite value, or None (Optuna's `best_trial` raises)."""
-    done = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
-    ]
+    done = [t for t in trials if t.state == TrialState.COMPLETE and is_finite_number(t.value)]
     if not done:
         return None
     return (max if maximize else min)(done, key=lambda t: t.value)
 
 
-def absolute_url(url: str) -> str:
-    """`sqlite:///sweeps.db` -> `sqlite:////abs/path/sweeps.db`: the same file from any dir."""
-    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
-        return SQLITE_PREFIX + str(Path(url[len(SQLITE_PREFIX) :]).expanduser().absolute())
-    return url
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file behind a SQLite URL (None for any other database)."""
-    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
-        return Path(url[len(SQLITE_PREFIX) :]).expanduser()
-    return None
-
-
 def finite_or_none(value: Any) -> float | None:
     """A number JSON can store: NaN and inf become None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    return float(value) if is_finite_number(value) else None

@@ -1,6 +1,7 @@
 """The README's tables against the code they describe, so neither drifts: the hyperparameter
-table's defaults are TrainConfig's, every root hyperparameter has a row, and every bad-input
-test row has a row a user can read (tests/test_health.py does the same for the health table).
+table's defaults are TrainConfig's, every root hyperparameter has a row, the losses line
+quotes the clip values LossConfig and conf/loss/dapo.yaml set, and every bad-input test row
+has a row a user can read (tests/test_health.py does the same for the health table).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 import yaml
 from test_bad_input import ROWS
 
-from trainer.base.config import TrainConfig
+from trainer.base.config import LossConfig, TrainConfig
 from trainer.run.tracking import BOOKKEEPING_KEYS
+from trainer.run.validation import loss_preset
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 GROUPS = ("model", "task", "loss", "sampler", "backend")  # config groups: a section each
@@ -82,6 +84,12 @@ def test_every_root_hyperparameter_has_a_row():
         if f.name not in not_hyperparameters and f.name not in rows
     ]
     assert not missing, f"README's hyperparameter table lacks {missing}"
+
+
+def test_the_losses_line_quotes_the_clip_values():
+    text = " ".join(section("Hyperparameters").split())
+    assert f"clipped ratio, {LossConfig.clip_low:g}/{LossConfig.clip_high:g}" in text
+    assert f"clip-higher {loss_preset('dapo')['loss.clip_high']:g}" in text
 
 
 def test_every_bad_input_test_has_a_readme_row():

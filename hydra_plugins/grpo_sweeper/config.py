@@ -14,6 +14,8 @@ from hydra.core.config_store import ConfigStore
 
 from trainer.base.metrics import EVAL_REWARD
 
+DEFAULT_STORAGE = "sqlite:///sweeps.db"  # storage's default, which `analysis` reads too
+
 
 class Sampler(str, Enum):
     auto = "auto"  # only discrete choices -> grid (each combination once), any range -> tpe
@@ -91,7 +93,7 @@ class GRPOSweeperConf:
     terminator_min_trials: int = 5
 
     # --- where the study lives ---
-    storage: str = "sqlite:///sweeps.db"  # Optuna RDB URL; PostgreSQL to share across hosts
+    storage: str = DEFAULT_STORAGE  # Optuna RDB URL; PostgreSQL to share across hosts
     # null: "grpo-<hash of the sorted overrides and search settings>", so the same command
     # resumes the same study.
     study_name: str | None = None
@@ -120,7 +122,7 @@ class GRPOSweeperConf:
     # below_baseline, below_peak, ratio_below, ratio_above), bound, patience, warmup_steps,
     # advice, action (prune, warn), guard (none, not_rising, rising), guard_metric, rise.
     health: Any = None
-    kl_threshold: float | None = None  # bound of the default KL rules; null: the config's (0.01)
+    kl_threshold: float | None = None  # null: the training config's kl_threshold
     pruner: Pruner = Pruner.none
     pruner_warmup_steps: int = 1  # no objective pruning before this step (0 is the baseline)
     # pruner=forecast: a trial is pruned once its optimistic forecast at this one-sided level

@@ -12,12 +12,17 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.records import absolute_url
 from analysis.stats import MIN_SEEDS
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from trainer.rl.health import HealthRule, default_rules, rules_from_settings
-from trainer.run.database import DEFAULT_RETRY_S, missing_driver, scheme, shown_url
+from trainer.run.database import (
+    DEFAULT_RETRY_S,
+    absolute_url,
+    missing_driver,
+    scheme,
+    shown_url,
+)
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")  # Optuna's storages with heartbeats
 

@@ -27,10 +27,10 @@ from analysis.records import (
     StudyMetric,
     Tag,
     TrialAttr,
-    absolute_url,
     trial_note,
 )
 from analysis.text import show
+from trainer.run.database import absolute_url
 from trainer.run.tracking import MLflowRun, tracking_client
 
 

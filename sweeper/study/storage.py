@@ -22,7 +22,6 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
-from analysis.records import sqlite_path
 from analysis.stores import ResilientRDBStorage
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
@@ -36,6 +35,7 @@ from trainer.run.database import (
     schema_lock,
     scheme,
     shown_url,
+    sqlite_path,
 )
 from trainer.run.locks import flocked
 

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -131,7 +132,7 @@ class AdditionTask(SplitTask):
         num_digits: int = 2,
         eval_size: int = 400,
         seed: int = 0,
-        rewards: list | None = None,
+        rewards: Sequence = ("exact_match",),
         reward_weights: list | None = None,
     ) -> None:
         if num_digits < 1:
@@ -140,7 +141,6 @@ class AdditionTask(SplitTask):
         if not 1 <= eval_size < limit * limit:
             raise ConfigError(f"task.eval_size={eval_size!r}: must be in [1, {limit * limit})")
         problems = [addition_problem(a, b, num_digits) for a in range(limit) for b in range(limit)]
-        rewards = ["exact_match"] if rewards is None else rewards
         super().__init__(*split_once(problems, eval_size, seed), rewards, reward_weights)
 
 
@@ -156,7 +156,7 @@ class ArithmeticTask(SplitTask):
         max_operand: int = 12,
         eval_size: int = 64,
         seed: int = 0,
-        rewards: list | None = None,
+        rewards: Sequence = ("last_number",),
         reward_weights: list | None = None,
     ) -> None:
         if max_operand < 1:
@@ -169,7 +169,6 @@ class ArithmeticTask(SplitTask):
         # on is not held out
         twins = [[(a, b), (b, a)] if a != b else [(a, a)] for a in operands for b in operands]
         train, eval = split_groups([t for t in twins if t[0][0] <= t[0][1]], eval_size, seed)
-        rewards = ["last_number"] if rewards is None else rewards
         super().__init__(self._ask(train), self._ask(eval), rewards, reward_weights)
 
     def _ask(self, pairs: list[tuple[int, int]]) -> list[Problem]:

@@ -55,8 +55,8 @@ def prefill_shared(
     """
     padded = not bool(prompt_mask_DS.all())
     positions_DS = (prompt_mask_DS.cumsum(-1) - 1).clamp(min=0)
-    # Not transformers' StaticCache, which measured slower here (tiny model; 64 tokens on a
-    # 512-wide one): it attends over its whole length under a mask. make_room's buffers do not.
+    # Not transformers' StaticCache, slower here (bench/BENCHMARKS.md, "What changed"): it
+    # attends over its whole length under a mask. make_room's buffers do not.
     cache = DynamicCache(config=model.config)
     logits_DV = model(
         input_ids=prompt_ids_DS,

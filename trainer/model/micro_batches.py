@@ -25,8 +25,8 @@ import torch
 ACTIVATION_BUDGET_BYTES = 2 * 2**30
 # Values a decoder layer keeps for the backward, per token, in units of its widths: about 16
 # of the hidden width (norms, q/k/v/o and attention, LoRA's inputs, residuals) and 6 of the
-# MLP's (gate, up, their activation and product). Fitted to SmolLM2-135M: 2.1 MiB a token
-# estimated, 2.2 MiB measured (peak RSS at 1,024 and 2,560 tokens).
+# MLP's (gate, up, their activation and product). Fitted to SmolLM2-135M's measured peak
+# memory (the estimate against the measurement: bench/BENCHMARKS.md, "Real-model memory").
 HIDDEN_VALUES, MLP_VALUES = 16, 6
 
 

@@ -14,13 +14,13 @@ and from curves measured on the tiny model (bench/HEALTH.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any
 
 from trainer.base import metrics
+from trainer.base.config import TrainConfig
 from trainer.base.metrics import is_finite_number
 
 
@@ -141,7 +141,7 @@ WORDS = {
 POST_UPDATE_KL_FACTOR = 10
 
 
-def default_rules(kl_threshold: float = 0.01) -> list[HealthRule]:
+def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[HealthRule]:
     """Calibrated on the tiny model's lr x num_substeps grid and SmolLM2's lr x seed grid on
     task=arithmetic (bench/HEALTH.md). The GRPO failure-mode rules only warn."""
     return [
@@ -266,7 +266,7 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
     if item["check"] in (Check.ratio_below, Check.ratio_above) and item.get("bound") is None:
         raise ValueError(f"{where}.bound: a {item['check'].value} rule needs a bound (a factor)")
     bound = item.get("bound")
-    if bound is not None and not (isinstance(bound, int | float) and math.isfinite(bound)):
+    if bound is not None and not is_finite_number(bound):
         raise ValueError(f"{where}.bound={bound!r}: must be a finite number")
     for key, low in (("patience", 1), ("warmup_steps", 0)):
         value = item.get(key, low)

@@ -3,6 +3,14 @@
 Each loss is a per-token objective (plain importance sampling, or the PPO-clipped ratio)
 and an aggregation over tokens and sequences. The aggregations are the ones users know from
 other trainers; they differ only in how long and short completions are weighted.
+
+Where a loss's parts live (each value once):
+  - here: the objective and the aggregation, nothing else;
+  - LossConfig (trainer/base/config.py): the settings' defaults, the clip bounds 0.8/1.2 included;
+  - conf/loss/<name>.yaml: what a loss sets apart from those defaults. dapo is bnpo's
+    function; DAPO's own values (clip-higher, truncated completions masked) are its preset's,
+    which trainer/run/validation.py reads to warn when a run changes them;
+  - the step (trainer/rl/step.py): loss.mask_truncated_completions, for any loss that sets it.
 """
 
 from __future__ import annotations
@@ -115,13 +123,9 @@ def bnpo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
     return -token_mean(clipped(x, cfg), x)
 
 
+register("dapo")(bnpo_loss)  # DAPO's difference is its preset's settings (conf/loss/dapo.yaml)
+
+
 @register("dr_grpo")
 def dr_grpo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
     return -(clipped(x, cfg) * x.mask_NT).sum() / (x.num_sequences * x.max_tokens)
-
-
-@register("dapo")
-def dapo_loss(x: LossInputs, cfg: LossConfig) -> torch.Tensor:
-    # Truncated completions are masked by the caller (cfg.mask_truncated_completions),
-    # so the same masking serves every loss that asks for it.
-    return -token_mean(clipped(x, cfg), x)

@@ -247,6 +247,22 @@ def scheme(url: str) -> str:
     return url.split(":", 1)[0].split("+", 1)[0]
 
 
+SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for any other database, and for SQLite in memory)."""
+    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
+        return Path(url[len(SQLITE_PREFIX) :]).expanduser()
+    return None
+
+
+def absolute_url(url: str) -> str:
+    """`sqlite:///sweeps.db` -> `sqlite:////abs/path/sweeps.db`: the same file from any dir."""
+    path = sqlite_path(url)
+    return url if path is None else SQLITE_PREFIX + str(path.absolute())
+
+
 @functools.cache
 def _lock_engine(url: str) -> Any:
     import sqlalchemy

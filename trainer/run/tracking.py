@@ -32,6 +32,7 @@ from trainer.run.database import (
     schema_lock,
     scheme,
     shown_url,
+    sqlite_path,
 )
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
@@ -91,8 +92,9 @@ def check_tracking_uri(uri: str | None = None) -> str:
     """
     uri = uri or mlflow.get_tracking_uri()
     scheme = urlparse(uri).scheme
-    if scheme == "sqlite":  # a local file: check where it goes, without creating it yet
-        folder = _sqlite_file(uri).absolute().parent
+    file = sqlite_path(uri)
+    if file is not None:  # a local file: check where it goes, without creating it yet
+        folder = file.absolute().parent
         if not (folder.is_dir() and os.access(folder, os.W_OK)):
             raise ConfigError(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
         return uri
@@ -174,7 +176,7 @@ ResilientMlflowClient.create_run = _create_run
 
 def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
     """Open (the first time: create) a database store; window_s=0 fails at once."""
-    sqlite_file = _sqlite_file(uri) if urlparse(uri).scheme == "sqlite" else None
+    sqlite_file = sqlite_path(uri)
 
     def create() -> ResilientMlflowClient:
         if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
@@ -200,10 +202,6 @@ def _probe(uri: str) -> None:
 
 def _is_database(uri: str) -> bool:
     return scheme(uri) in ("sqlite", "postgresql", "mysql")
-
-
-def _sqlite_file(uri: str) -> Path:
-    return Path(uri.removeprefix("sqlite:///")).expanduser()
 
 
 def _store(uri: str) -> str:

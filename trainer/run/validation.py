@@ -13,9 +13,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from trainer.base.config import BACKENDS
+from trainer.base.config import BACKENDS, config_dir
 from trainer.base.errors import ConfigError
 from trainer.base.metrics import is_finite_number
 from trainer.rl.losses import LOSSES
@@ -28,7 +28,15 @@ __all__ = ["ConfigError", "validate"]
 
 DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
 
-DAPO_RECOMMENDED = {"loss.clip_high": 1.28, "loss.mask_truncated_completions": True}
+
+@functools.cache
+def loss_preset(name: str) -> dict[str, Any]:
+    """What conf/loss/<name>.yaml sets apart from LossConfig's defaults: {"loss.<key>": value}.
+    A loss's own values live in its preset only (trainer/rl/losses.py)."""
+    preset = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "loss" / f"{name}.yaml"))
+    return {
+        f"loss.{key}": value for key, value in preset.items() if key not in ("defaults", "name")
+    }
 
 
 def _fail(name: str, value: Any, rule: str) -> None:
@@ -174,7 +182,7 @@ def _check_kl_and_loss(cfg: DictConfig, warnings: list[str]) -> None:
     _require(0 < low <= 1, "loss.clip_low", low, "must be in (0, 1]")
     _require(high >= 1, "loss.clip_high", high, "must be >= 1")
     if name == "dapo":
-        for key, recommended in DAPO_RECOMMENDED.items():
+        for key, recommended in loss_preset("dapo").items():
             value = cfg.loss[key.split(".")[1]]
             if value != recommended:
                 warnings.append(f"{key}={value}: DAPO recommends {recommended}")
