@@ -38,8 +38,13 @@ def waiting_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def claim(study: optuna.Study, frozen: FrozenTrial) -> bool:
-    """WAITING -> RUNNING; False when another worker moved it first."""
-    return storage_of(study).set_trial_state_values(trial_id(frozen), state=TrialState.RUNNING)
+    """WAITING -> RUNNING; False when another worker moved it first. The heartbeat goes
+    first: Optuna never finds a RUNNING trial without one stale, so a worker killed between
+    the claim and its first beat would leave the point RUNNING forever."""
+    storage = storage_of(study)
+    if storage.get_heartbeat_interval() is not None:
+        storage.record_heartbeat(trial_id(frozen))  # harmless on a trial that stays WAITING
+    return storage.set_trial_state_values(trial_id(frozen), state=TrialState.RUNNING)
 
 
 def stale_trial_ids(study: optuna.Study) -> list[int]:

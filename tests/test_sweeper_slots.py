@@ -144,6 +144,22 @@ def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(
     assert display.Counts.of(_study(url, more)).waiting == 6
 
 
+def test_a_worker_killed_between_taking_a_slot_and_its_first_beat_leaves_a_stale_trial(url):
+    """Found by bench/bench_chaos.py: a SIGKILL right after the claim left trials RUNNING with
+    no heartbeat, which Optuna never calls stale, and every worker waited for them forever."""
+    space = parse_space({}, ["group_size=2,4"])
+    search_sampler = choose_search_sampler("auto", space, 10, None)
+    study = optuna.create_study(
+        storage=open_storage(url, heartbeat_interval=1, grace_period=1),
+        study_name="s",
+        sampler=search_sampler.optuna_sampler,
+    )
+    slots.fill(study, url, space, search_sampler)
+    trial = slots.take(study, url, space.distributions)  # ...and its worker dies at once
+    time.sleep(2.5)
+    assert oa.stale_trial_ids(study) == [trial._trial_id]
+
+
 def test_a_stale_trial_is_failed_once_and_its_point_queued_again(url):
     study, space, _ = _study_with_a_stale_trial(url)
     (stale,) = fail_stale_trials(study, "its sweeper died", max_in_a_row=3)
