@@ -109,9 +109,11 @@ def log_report(data: StudyData, out: Path) -> None:
     if not run_id or not uri:
         print("note: no MLflow parent run recorded; the report was not logged", file=sys.stderr)
         return
+    from trainer.run.tracking import MLflowRun
+
     try:
         with quick_mlflow():
-            mlflow_client(uri).log_artifacts(run_id, str(out), "analysis")
+            MLflowRun.existing(run_id, mlflow_client(uri)).save_artifacts(out, "analysis")
     except Exception as e:  # an unreachable server must not lose the report written on disk
         print(
             f"note: could not log the report to MLflow run {run_id}: {first_line(e)}",

@@ -103,6 +103,8 @@ def view_state(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 def save_view(client: Any, experiment_id: str, study: str, attrs: Mapping[str, Any]) -> str:
     """Write (or refresh) the study's saved view on its experiment; its key."""
+    from trainer.run.tracking import tag_experiment
+
     key = view_key(study)
     tag = VIEW_TAG_PREFIX + key
     now = int(time.time() * 1000)
@@ -114,7 +116,7 @@ def save_view(client: Any, experiment_id: str, study: str, attrs: Mapping[str, A
         "updatedAt": now,
         "state": json.dumps(view_state(study, attrs)),
     }
-    client.set_experiment_tag(experiment_id, tag, json.dumps(envelope))
+    tag_experiment(client, experiment_id, tag, json.dumps(envelope))
     return key
 
 

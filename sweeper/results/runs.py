@@ -81,22 +81,32 @@ def start_config_run(
     return run.run_id
 
 
+def existing_run(run_id: str) -> MLflowRun:
+    """A run of the sweep's tracking store, to write to (tags, metrics, its ending)."""
+    return MLflowRun.existing(run_id, tracking_client(tracking_uri()))
+
+
+def set_run_tags(run_id: str, tags: Mapping[str, Any]) -> None:
+    existing_run(run_id).set_tags(tags)
+
+
 def close_config_run(run_id: str, outcome: Any, seeds: Sequence[Any]) -> None:
     """The configuration's mean objective and seeds, then its ending (as a trial run's)."""
-    client = tracking_client(tracking_uri())
+    run = existing_run(run_id)
     if outcome.value is not None:
-        client.log_metric(run_id, ConfigMetric.OBJECTIVE_MEAN, outcome.value)
-    client.log_metric(run_id, ConfigMetric.SEEDS_ENDED, len(seeds))
-    close_trial_run(run_id, outcome.state, outcome.reason, client=client)
+        run.log_metrics(0, {ConfigMetric.OBJECTIVE_MEAN: outcome.value})
+    run.log_metrics(0, {ConfigMetric.SEEDS_ENDED: len(seeds)})
+    close_trial_run(run_id, outcome.state, outcome.reason, client=run.client)
 
 
 def reopen_run(run_id: str) -> None:
     """A resumed sweep marks its parent run RUNNING again until it ends."""
-    tracking_client(tracking_uri()).update_run(run_id, status="RUNNING")
+    existing_run(run_id).reopen()
 
 
-def delete_run(run_id: str) -> None:
-    tracking_client(tracking_uri()).delete_run(run_id)
+def discard_run(run_id: str) -> None:
+    """Delete a run made in vain (another worker's study came first)."""
+    existing_run(run_id).delete()
 
 
 def close_trial_run(
@@ -112,16 +122,15 @@ def close_trial_run(
     """
     if not run_id:
         return
-    client = client or tracking_client(tracking_uri())
+    run = MLflowRun.existing(run_id, client or tracking_client(tracking_uri()))
     tags = {Tag.STATE: state}
     if state == State.PRUNED:
         tags[Tag.PRUNE_REASON] = reason
     elif state == State.FAIL:
         tags[Tag.FAIL_REASON] = reason
-    for key, value in tags.items():
-        client.set_tag(run_id, key, value)
-    if client.get_run(run_id).info.status == "RUNNING":
-        client.set_terminated(run_id, status="KILLED" if killed else RUN_STATUS[state])
+    run.set_tags(tags)
+    if run.status == "RUNNING":
+        run.end("KILLED" if killed else RUN_STATUS[state])
 
 
 def finish_parent_run(
@@ -132,22 +141,22 @@ def finish_parent_run(
     Every worker of a study finishes it; two finishing at once race to insert the same tag
     (MLflow's set_tag reads, then inserts), so each write is retried: the retry updates.
     """
-    client = tracking_client(tracking_uri())
+    run = existing_run(run_id)
     writes = []
     if best is not None:
         writes += [
-            lambda: client.log_metric(run_id, StudyMetric.BEST_VALUE, best.value),
-            lambda: client.log_metric(run_id, StudyMetric.BEST_TRIAL, best.number),
-            lambda: client.set_tag(run_id, Tag.BEST_PARAMS, json.dumps(best.params)),
+            lambda: run.log_metrics(0, {StudyMetric.BEST_VALUE: best.value}),
+            lambda: run.log_metrics(0, {StudyMetric.BEST_TRIAL: best.number}),
+            lambda: run.set_tags({Tag.BEST_PARAMS: json.dumps(best.params)}),
         ]
     if verdict:
         writes += [
-            lambda: client.set_tag(run_id, Tag.VERDICT, verdict[:5000]),
-            lambda: client.log_text(run_id, verdict + "\n", "verdict.txt"),
+            lambda: run.set_tags({Tag.VERDICT: verdict[:5000]}),
+            lambda: run.save_text(verdict + "\n", "verdict.txt"),
         ]
     writes += [
-        lambda: client.log_text(run_id, trials_csv(trials), "trials.csv"),
-        lambda: client.set_terminated(run_id, status=status),
+        lambda: run.save_text(trials_csv(trials), "trials.csv"),
+        lambda: run.end(status),
     ]
     for write in writes:
         _retried(write)

@@ -55,7 +55,7 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
             for key, value in study_attrs(spec, parent).items():
                 study.set_user_attr(key, value)  # the parent run id last
             return study, parent
-        runs.delete_run(parent)  # another worker created the study a moment earlier
+        runs.discard_run(parent)  # another worker created the study a moment earlier
     parent_key = StudyAttr.MLFLOW_PARENT_RUN_ID
     if not wait_for(lambda: parent_key in study.user_attrs, 0.5, JOIN_TIMEOUT_S):
         raise SweepError(f"study {spec.name!r} has no MLflow parent run; use a new study_name")

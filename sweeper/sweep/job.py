@@ -124,7 +124,7 @@ class TrialReporter:
         if step is not None:
             self.run.set_tags({Tag.RESUMED_FROM_STEP: step})
         elif self.record.resumed_from_step is not None:  # the tag the guess set
-            self.run.delete_tag(Tag.RESUMED_FROM_STEP)
+            self.run.remove_tag(Tag.RESUMED_FROM_STEP)
         self.record = replace(self.record, resumed_from_step=step, steps_run=step or 0)
         self.trial.set_user_attr(records.replicate_key(self.record.seed), self.record.as_attr())
 

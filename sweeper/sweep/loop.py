@@ -53,7 +53,6 @@ from sweeper.sweep.start import start_sweep
 from sweeper.sweep.tell import give_back_interrupted, give_back_stale, tell_if_still_ours
 from sweeper.sweep.tuned import TunedFile
 from trainer.run.database import DatabaseUnreachable
-from trainer.run.tracking import tracking_client
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +288,7 @@ class SweepRunner:
         if reason is None:
             return
         study.set_user_attr(StudyAttr.STOPPED, reason)
-        tracking_client(runs.tracking_uri()).set_tag(self.parent_run_id, Tag.STOPPED, reason)
+        runs.set_run_tags(self.parent_run_id, {Tag.STOPPED: reason})
         say(f"[sweep {self.name}] {reason}")
 
     def _look_again(self, study: optuna.Study, pending: deque) -> None:

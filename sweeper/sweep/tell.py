@@ -26,7 +26,6 @@ from sweeper.sweep.outcome import combine
 from trainer.base.errors import fail_reason
 from trainer.rl.health import is_unsafe
 from trainer.run.database import calm_for
-from trainer.run.tracking import tracking_client
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def tell_outcome(
         study.tell(trial, state=TrialState.FAIL)
     if flight.config_run_id:
         if race:
-            tracking_client(runs.tracking_uri()).set_tag(flight.config_run_id, Tag.RACE, race)
+            runs.set_run_tags(flight.config_run_id, {Tag.RACE: race})
         runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
 
 

@@ -47,7 +47,7 @@ def train_and_log(cfg: DictConfig) -> float:
     status = "FAILED"
     try:
         result = train(cfg, MLflowReporter(run))
-        run.log_artifacts(result.output_dir / "adapter", "adapter")
+        run.save_artifacts(result.output_dir / "adapter", "adapter")
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

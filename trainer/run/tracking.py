@@ -1,5 +1,10 @@
 """MLflow logging shared by single runs (`python -m trainer`) and sweep trials.
 
+Every MLflow write of the project is made here: the trainer, the sweeper and the analysis
+write through MLflowRun (a run's params, metrics, tags, artifacts and status) and
+tag_experiment, never through a client's own write methods (tests/test_mlflow_writes.py
+checks it), so each write goes through the retrying client of tracking_client.
+
 We log through MlflowClient with explicit run ids rather than MLflow's global active run, so
 several runs can be open in one process without mixing (a caller may hold a parent run).
 The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:///mlflow.db).
@@ -223,8 +228,13 @@ def experiment_id(client: MlflowClient, name: str) -> str:
         except mlflow.exceptions.MlflowException:  # another worker created it first
             experiment = client.get_experiment_by_name(name)
     if EXPERIMENT_KIND[0] not in experiment.tags:
-        client.set_experiment_tag(experiment.experiment_id, *EXPERIMENT_KIND)
+        tag_experiment(client, experiment.experiment_id, *EXPERIMENT_KIND)
     return experiment.experiment_id
+
+
+def tag_experiment(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
+    """Set (or replace) one tag of an experiment, e.g. a saved view (analysis/mlflow_ui.py)."""
+    client.set_experiment_tag(experiment_id, key, value)
 
 
 class MLflowRun:
@@ -249,11 +259,18 @@ class MLflowRun:
         self.logged_through = -1  # the last step with metrics in the run
 
     @classmethod
-    def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
-        """Continue an existing run (e.g. a resumed training): its curves go on unbroken."""
+    def existing(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
+        """An existing run, to write to as it is (a tag, a closing metric, its ending)."""
         run = cls.__new__(cls)
         run.client, run.run_id = client or tracking_client(), run_id
-        run.client.update_run(run_id, status="RUNNING")
+        run.logged_through = -1
+        return run
+
+    @classmethod
+    def attach(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
+        """Continue an existing run (e.g. a resumed training): its curves go on unbroken."""
+        run = cls.existing(run_id, client)
+        run.reopen()
         run.logged_through = last_step(run.client, run_id)
         return run
 
@@ -277,23 +294,37 @@ class MLflowRun:
         for key, value in tags.items():
             self.client.set_tag(self.run_id, key, str(value))
 
-    def delete_tag(self, key: str) -> None:
+    def remove_tag(self, key: str) -> None:
         self.client.delete_tag(self.run_id, key)
 
-    def log_text(self, text: str, artifact_file: str) -> None:
+    def save_text(self, text: str, artifact_file: str) -> None:
+        """`text` as the run's artifact `artifact_file` (e.g. config.yaml)."""
         self.client.log_text(self.run_id, text, artifact_file)
 
-    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+    def save_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        """The files of `local_dir` as the run's artifacts, under `artifact_path`."""
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
 
     def log_training_config(self, cfg: DictConfig) -> None:
         """Every resolved hyperparameter as a param, and the whole config as config.yaml."""
         self.log_params({**hyperparameters(cfg), **backend_params(cfg)})
-        self.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        self.save_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+    @property
+    def status(self) -> str:
+        """RUNNING, FINISHED, FAILED or KILLED (MLflow's names), as the store has it now."""
+        return self.client.get_run(self.run_id).info.status
+
+    def reopen(self) -> None:
+        """Mark the run RUNNING again (a resumed training, a resumed sweep's parent run)."""
+        self.client.update_run(self.run_id, status="RUNNING")
 
     def end(self, status: str = "FINISHED") -> None:
         """status: FINISHED, FAILED or KILLED (MLflow's names)."""
         self.client.set_terminated(self.run_id, status=status)
+
+    def delete(self) -> None:
+        self.client.delete_run(self.run_id)
 
 
 def last_step(client: MlflowClient, run_id: str) -> int:
