@@ -110,8 +110,9 @@ class GRPOSweeperConf:
     db_retry_seconds: float | None = None
     # A trial lost to the infrastructure (its database stayed away, its process or worker
     # died) is recorded interrupted, not failed, and its point is queued again to resume from
-    # its last checkpoint; the same point lost this many times in a row fails with the reason
-    # (a run that kills its own worker, e.g. out of memory, cannot loop forever).
+    # its last checkpoint; the same point lost this many times in a row, with no new checkpoint
+    # between the losses, fails with the reason (a run that kills its own worker, e.g. out of
+    # memory, cannot loop forever).
     max_lost_in_a_row: int = 3
 
     # --- pruning ---
