@@ -127,7 +127,10 @@ def run_ours(work: dict, path: Path, steps: int, extra: tuple[str, ...] = ()) ->
 
 def count_our_tokens() -> list[int]:
     """The completion tokens each training step generates (evals sample elsewhere)."""
-    from trainer.rl import pipelines
+    try:
+        from trainer.rl import pipelines
+    except ImportError:  # a checkout from before the trainer's layers (--before)
+        from trainer import pipelines
 
     tokens: list[int] = []
     sample = pipelines.sample_groups
