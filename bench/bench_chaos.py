@@ -40,7 +40,7 @@ from analysis.records import TrialAttr  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 GRID = ["lr=1e-3,2e-3,3e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
-TRAINING = ["max_steps=30", "save_every=3", "eval_every=0", "task.eval_size=16"]
+TRAINING = ["max_steps=60", "save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.health=[]", "hydra.sweeper.heartbeat_interval=3"]
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once
@@ -159,12 +159,12 @@ def retries(trials: list) -> dict:
     requeued = [t for t in trials if TrialAttr.RETRY_OF in t.user_attrs]
     resumed, retrained = 0, 0
     for retry in requeued:
-        (seed,) = records.replicates(retry)
         lost = by_number[retry.user_attrs[TrialAttr.RETRY_OF]]
         lost_steps = max((r.steps_run for r in records.replicates(lost)), default=0)
-        if seed.resumed_from_step is not None:
-            resumed += 1
-        retrained += max(0, lost_steps - (seed.resumed_from_step or 0))
+        # none recorded: the retry itself was lost before its job began
+        for seed in records.replicates(retry):
+            resumed += seed.resumed_from_step is not None
+            retrained += max(0, lost_steps - (seed.resumed_from_step or 0))
     lost_in_a_row = max((t.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0) for t in trials), default=0)
     return {
         "trials": len(trials),

@@ -85,17 +85,24 @@ def test_a_tpe_plan_runs_n_trials_in_total_and_grows_with_n_trials(url):
     assert slots.fill(study, url, space, more) == 2
 
 
-def _study_with_a_stale_trial(url):
-    """A two-point grid whose first taken trial's sweeper died (its heartbeat is stale)."""
+def _beating_grid(url, grace_period):
+    """A two-point grid queued in a study with heartbeats every second."""
     space = parse_space({}, ["group_size=2,4"])
     search_sampler = choose_search_sampler("auto", space, 10, None)
-    storage = open_storage(url, heartbeat_interval=1, grace_period=1)
     study = optuna.create_study(
-        storage=storage, study_name="s", sampler=search_sampler.optuna_sampler
+        storage=open_storage(url, heartbeat_interval=1, grace_period=grace_period),
+        study_name="s",
+        sampler=search_sampler.optuna_sampler,
     )
     slots.fill(study, url, space, search_sampler)
+    return study, space, search_sampler
+
+
+def _study_with_a_stale_trial(url):
+    """A two-point grid whose first taken trial's sweeper died (its heartbeat is stale)."""
+    study, space, search_sampler = _beating_grid(url, grace_period=1)
     trial = slots.take(study, url, space.distributions)
-    storage.record_heartbeat(trial._trial_id)  # ...then its sweeper dies
+    oa.record_heartbeat(study, trial._trial_id)  # ...then its sweeper dies
     time.sleep(2.5)
     return study, space, search_sampler
 
@@ -104,14 +111,7 @@ def test_a_live_sweepers_heartbeat_keeps_its_long_trial_from_going_stale(url):
     """A trial running for several grace periods stays its worker's while the worker's
     heartbeat thread runs (it once failed on every beat, silently, so any trial longer than
     the grace period was taken over by another worker), and goes stale once the beats stop."""
-    space = parse_space({}, ["group_size=2,4"])
-    search_sampler = choose_search_sampler("auto", space, 10, None)
-    study = optuna.create_study(
-        storage=open_storage(url, heartbeat_interval=1, grace_period=2),
-        study_name="s",
-        sampler=search_sampler.optuna_sampler,
-    )
-    slots.fill(study, url, space, search_sampler)
+    study, space, _ = _beating_grid(url, grace_period=2)
     trial_id = slots.take(study, url, space.distributions)._trial_id
     with Heartbeat(study, lambda: [trial_id]) as heartbeat:
         heartbeat.beat([trial_id])
@@ -147,14 +147,7 @@ def test_workers_joining_at_once_with_a_larger_n_trials_add_the_difference_once(
 def test_a_worker_killed_between_taking_a_slot_and_its_first_beat_leaves_a_stale_trial(url):
     """Found by bench/bench_chaos.py: a SIGKILL right after the claim left trials RUNNING with
     no heartbeat, which Optuna never calls stale, and every worker waited for them forever."""
-    space = parse_space({}, ["group_size=2,4"])
-    search_sampler = choose_search_sampler("auto", space, 10, None)
-    study = optuna.create_study(
-        storage=open_storage(url, heartbeat_interval=1, grace_period=1),
-        study_name="s",
-        sampler=search_sampler.optuna_sampler,
-    )
-    slots.fill(study, url, space, search_sampler)
+    study, space, _ = _beating_grid(url, grace_period=1)
     trial = slots.take(study, url, space.distributions)  # ...and its worker dies at once
     time.sleep(2.5)
     assert oa.stale_trial_ids(study) == [trial._trial_id]
