@@ -1,8 +1,9 @@
 """Chaos on a shared study: 8 workers on one PostgreSQL server (the Optuna study and MLflow's
-tracking store in two databases of it) for 10 minutes, a random worker killed every few seconds
-(SIGKILL or SIGTERM, half each; one up 45 s at least, so past its start) and started again, two server restarts and one pause of the
-whole server (every postgres process SIGSTOPped) for longer than the heartbeat grace. Then
-the chaos stops, the live workers finish, and the same command runs once more. Checked:
+tracking store in two databases of it) for 10 minutes, a random worker whose trial is training
+killed every few seconds (SIGKILL or SIGTERM, half each) and started again, two server
+restarts and one pause of the whole server (every postgres process SIGSTOPped) for longer than
+the heartbeat grace. Then the chaos stops, the live workers finish, and the same command runs
+once more. Checked:
 
 - every grid point COMPLETE exactly once, nothing charged a failure, nothing RUNNING in Optuna;
 - no MLflow run RUNNING, one FINISHED training run per point;
@@ -44,11 +45,9 @@ TRAINING = ["max_steps=60", "save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.health=[]", "hydra.sweeper.heartbeat_interval=3"]
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once
-# A kill lands on a worker up this long: one killed while it starts (imports, the study's
-# checks: 20-40 s with 8 workers on 2 cores) leaves nothing to recover.
-MIN_AGE_S = 45
 # 8 workers on 2 cores: one thread each, or torch's threads fight each other.
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}
+TRAINING_BEGAN = "] - Training "  # trainer/run/train.py's first line of a run
 
 
 class Workers:
@@ -58,14 +57,16 @@ class Workers:
     def __init__(self, root: Path, storage: str, tracking: str, args: list[str]) -> None:
         self.root, self.storage, self.tracking, self.args = root, storage, tracking, args
         self.live: dict[int, subprocess.Popen] = {}
-        self.born: dict[int, float] = {}
         self.started = 0
         self.exits: Counter = Counter()
+        self.logs: dict[int, Path] = {}
+        self.stopped_training = 0  # workers a kill stopped with a trial in training
 
     def start(self, slot: int) -> None:
         cwd = self.root / f"w{slot}"
         cwd.mkdir(parents=True, exist_ok=True)
-        log = (cwd / f"worker{self.started}.log").open("w")
+        self.logs[slot] = cwd / f"worker{self.started}.log"
+        log = self.logs[slot].open("w")
         command = [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={self.storage}"]
         self.live[slot] = subprocess.Popen(
             [*command, *self.args],
@@ -74,23 +75,25 @@ class Workers:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        self.born[slot] = time.monotonic()
         self.started += 1
 
-    def grown(self) -> list[int]:
-        """The slots whose worker is up MIN_AGE_S or longer (past its start, training)."""
-        return sorted(s for s in self.live if time.monotonic() - self.born[s] >= MIN_AGE_S)
+    def training(self) -> list[int]:
+        """The slots whose worker has a trial in training (past its start-up, which takes
+        20-60 s with 8 workers on 2 cores)."""
+        return sorted(s for s in self.live if was_training(self.logs[s]))
 
     def reap(self) -> list[int]:
         """The slots whose worker ended (their exit codes counted)."""
         ended = [slot for slot, p in self.live.items() if p.poll() is not None]
         for slot in ended:
-            self.exits[self.live.pop(slot).returncode] += 1
+            code = self.live.pop(slot).returncode
+            self.exits[code] += 1
+            self.stopped_training += code != 0 and was_training(self.logs[slot])
         return ended
 
 
 def chaos(workers: Workers, server, minutes: float, rng: random.Random) -> dict:
-    """Kill a random worker (one up MIN_AGE_S) every 4-12 s and refill its slot; restart the
+    """Kill a random worker in training every 4-12 s and refill its slot; restart the
     server at 25% and 65% of the time, pause it at 45%. Returns the counts."""
     counts = Counter()
     began = time.monotonic()
@@ -107,14 +110,20 @@ def chaos(workers: Workers, server, minutes: float, rng: random.Random) -> dict:
             else:
                 server.paused(PAUSE_S)
             counts[f"server_{what}s"] += 1
-        if time.monotonic() >= next_kill and workers.grown():
-            slot = rng.choice(workers.grown())
+        if time.monotonic() >= next_kill and workers.training():
+            slot = rng.choice(workers.training())
             how = rng.choice([signal.SIGKILL, signal.SIGTERM])
             workers.live[slot].send_signal(how)
             counts[f"{how.name}s"] += 1
             next_kill = time.monotonic() + rng.uniform(4, 12)
         time.sleep(0.2)
     return dict(counts)
+
+
+def was_training(log: Path) -> bool:
+    """A trial's training had begun in this worker (its log says so): a kill before that, in
+    the worker's start-up, leaves nothing to recover."""
+    return TRAINING_BEGAN in log.read_text(errors="replace")
 
 
 def drain(workers: Workers, timeout_s: float) -> int:
@@ -231,6 +240,7 @@ def main() -> None:
             "pause_s": PAUSE_S,
             "events": counts,
             "worker_starts": workers.started,
+            "kills_that_stopped_a_training_worker": workers.stopped_training,
             "workers_killed_after_the_drain_bound": unfinished,
             "worker_exit_codes": {str(k): v for k, v in workers.exits.items()},
             "costs": retries(trials),
