@@ -136,3 +136,36 @@ def _running(cwd: Path) -> list:
         return [t for t in study_in(cwd).trials if t.state.name == "RUNNING"]
     except ValueError:  # no study yet
         return []
+
+
+def test_an_interrupted_trial_closes_the_runs_it_had_not_recorded_yet(tmp_path, monkeypatch):
+    """Found by bench/bench_chaos.py: SIGTERM between a job reopening the run it resumes (or
+    creating a new one) and recording its id in the trial left that run RUNNING for good, and
+    the retry started a second run. The trial's runs are found by their tags and closed, and
+    the run to resume passes to the retry."""
+    import optuna
+
+    from analysis.records import Role, Tag
+    from sweeper import optuna_adapter as oa
+    from trainer.run.tracking import MLflowRun
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="s")
+
+    def trial_run(number: int) -> MLflowRun:
+        tags = {Tag.ROLE: Role.TRIAL, Tag.STUDY: "s", Tag.TRIAL_NUMBER: str(number)}
+        return MLflowRun("grpo", f"t{number}", tags=tags)
+
+    earlier = trial_run(7)  # an earlier attempt's run, which this trial resumes
+    earlier.end("KILLED")
+    resume = {"0": {"output_dir": str(tmp_path / "t7"), "run_id": earlier.run_id}}
+    study.enqueue_trial({"x": 1}, user_attrs={TrialAttr.RESUME_DIRS: resume})
+    trial = study.ask()
+    earlier.reopen()  # the job attached to it...
+    created = trial_run(trial.number)  # ...or created one, then SIGTERM before recording either
+    assert recovery.interrupt(study, trial._trial_id, "interrupted (SIGTERM); queued again")
+    tell.give_back(study, oa.fresh(study, trial._trial_id), "s", killed=True)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert [client.get_run(r.run_id).info.status for r in (earlier, created)] == ["KILLED"] * 2
+    (retry,) = oa.waiting_trials(study)
+    assert retry.user_attrs[TrialAttr.RESUME_DIRS] == resume  # the retry continues that run

@@ -86,6 +86,19 @@ def existing_run(run_id: str) -> MLflowRun:
     return MLflowRun.existing(run_id, tracking_client(tracking_uri()))
 
 
+def running_trial_runs(study: str, number: int) -> list[str]:
+    """The trial's MLflow runs still RUNNING, found by their tags (set as each run is
+    created): a worker interrupted between creating or reopening a run and recording its id
+    in the trial would otherwise leave it RUNNING for good."""
+    client = tracking_client(tracking_uri())
+    found = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        filter_string=f"tags.`{Tag.STUDY}` = '{study}' and tags.`{Tag.TRIAL_NUMBER}` = "
+        f"'{number}' and attributes.status = 'RUNNING'",
+    )
+    return [run.info.run_id for run in found]
+
+
 def set_run_tags(run_id: str, tags: Mapping[str, Any]) -> None:
     existing_run(run_id).set_tags(tags)
 

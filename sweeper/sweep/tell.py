@@ -128,15 +128,22 @@ def give_back(study: optuna.Study, trial: FrozenTrial, name: str, killed: bool =
     """An interrupted trial: close its runs and queue its point again (to resume); one
     lost too often in a row (recovery.lose failed it): close its runs only."""
     reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
-    resume_dirs, carried = {}, {}
+    # A seed stopped before it recorded itself keeps the folder and run it was to resume.
+    resume_dirs, carried = dict(trial.user_attrs.get(TrialAttr.RESUME_DIRS, {})), {}
     for rep in records.replicates(trial):
+        resume_dirs.pop(str(rep.seed), None)
         if rep.state == State.COMPLETE:  # a seed that ended is kept, not run again
             carried[records.replicate_key(rep.seed)] = rep.as_attr()
             continue
         runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
         if rep.output_dir:
             resume_dirs[str(rep.seed)] = {"output_dir": rep.output_dir, "run_id": rep.run_id}
-    runs.close_trial_run(trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID), State.FAIL, reason, killed)
+    for run_id in {
+        trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID),
+        *(d.get("run_id") for d in resume_dirs.values()),
+        *runs.running_trial_runs(study.study_name, trial.number),  # created, not yet recorded
+    }:
+        runs.close_trial_run(run_id, State.FAIL, reason, killed)
     if not records.is_interrupted(trial):
         say(f"[sweep {name}] t{trial.number} failed: {reason}")
         return
