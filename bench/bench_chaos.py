@@ -41,7 +41,7 @@ from analysis.records import TrialAttr  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 GRID = ["lr=1e-3,2e-3,3e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
-TRAINING = ["max_steps=60", "save_every=3", "eval_every=0", "task.eval_size=16"]
+TRAINING = ["save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.health=[]", "hydra.sweeper.heartbeat_interval=3"]
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once
@@ -202,6 +202,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tag", default="run")
     parser.add_argument("--note", default="")
+    parser.add_argument("--max-steps", type=int, default=60, help="per trial: the grid's length")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))  # the server is stopped too
@@ -211,7 +212,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="grpo-sweeper-chaos-"))
     with started_server() as server:
         storage, tracking = server.database("optuna"), server.database("mlflow")
-        workers = Workers(root, storage, tracking, [*GRID, *TRAINING, *SWEEP])
+        workers = Workers(
+            root, storage, tracking, [*GRID, f"max_steps={args.max_steps}", *TRAINING, *SWEEP]
+        )
         for slot in range(args.workers):
             workers.start(slot)
         began = time.monotonic()
@@ -236,7 +239,7 @@ def main() -> None:
             "minutes_of_chaos": args.minutes,
             "seed": args.seed,
             "points": points,
-            "command": [*GRID, *TRAINING, *SWEEP],
+            "command": [*GRID, f"max_steps={args.max_steps}", *TRAINING, *SWEEP],
             "pause_s": PAUSE_S,
             "events": counts,
             "worker_starts": workers.started,
