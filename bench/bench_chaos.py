@@ -8,7 +8,7 @@ once more. Checked:
 - every grid point COMPLETE exactly once, nothing charged a failure, nothing RUNNING in Optuna;
 - no MLflow run RUNNING, one FINISHED training run per point;
 - no metric step logged twice in any training run;
-- every re-queued point that had a checkpoint resumed from it.
+- counted (not checked): points re-queued, those resumed from a checkpoint, steps trained twice.
 
     python bench/bench_chaos.py [--workers 8] [--minutes 10] [--seed 0] [--tag run1]
 
