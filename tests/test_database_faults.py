@@ -282,7 +282,7 @@ def test_after_an_outage_a_trial_is_taken_over_only_once_the_grace_has_passed_ag
 
     from sweeper import optuna_adapter as oa
     from sweeper.study.storage import open_storage
-    from sweeper.sweep.tell import give_back_stale
+    from sweeper.sweep.tell import give_back_lost
     from trainer.run.database import retried
 
     url = f"sqlite:///{tmp_path}/study.db"
@@ -315,10 +315,10 @@ def test_after_an_outage_a_trial_is_taken_over_only_once_the_grace_has_passed_ag
         storage=url,
         max_lost_in_a_row=3,
     )
-    give_back_stale(study, settings, "s")
+    give_back_lost(study, settings, "s")
     assert [t.state.name for t in study.get_trials()] == ["RUNNING"]  # not taken over yet
     time.sleep(2.2)  # the grace again, counted from the store's return: now it is lost
-    give_back_stale(study, settings, "s")
+    give_back_lost(study, settings, "s")
     assert [t.state.name for t in study.get_trials()] == ["FAIL", "WAITING"]
 
 

@@ -90,6 +90,75 @@ def test_kill_9_then_the_same_command_resumes_from_the_checkpoint(tmp_path):
     _resumes_and_completes(tmp_path)
 
 
+def test_a_worker_killed_while_giving_a_lost_trial_back_loses_neither_point_nor_checkpoint(
+    tmp_path, monkeypatch
+):
+    """Found by bench/bench_chaos.py (its long-grid run): a worker killed after failing a
+    stale trial but before closing its run and queuing its point left that run RUNNING for good,
+    and a worker joining later queued the point afresh, from step 0. The next worker gives
+    the point back itself: from its checkpoint, in the same MLflow run, closed at the end."""
+    sweep = _start(tmp_path)
+    _wait_for_checkpoint(tmp_path)
+    sweep.kill()
+    sweep.wait(timeout=30)
+    time.sleep(4)  # past the heartbeat grace period
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    import optuna
+
+    from sweeper.study.storage import open_storage
+
+    url = study_uri(tmp_path)
+    (name,) = optuna.get_all_study_names(url)
+    study = optuna.load_study(study_name=name, storage=open_storage(url, 1, 3))  # as the sweep's
+    with exclusive(url):  # a worker's recovery, killed after its first half
+        (lost,) = recovery.fail_stale_trials(study, tell.STALE_REASON, max_in_a_row=3)
+    assert [r.info.run_name for r in _runs(tmp_path) if r.info.status == "RUNNING"] != []
+    _resumes_and_completes(tmp_path)
+    assert [t.user_attrs.get(TrialAttr.RETRY_OF) for t in study_in(tmp_path).trials].count(
+        lost.number
+    ) == 1
+
+
+def test_a_run_reopened_by_a_worker_that_lost_its_trial_is_closed_as_its_seed_ended(
+    tmp_path, monkeypatch
+):
+    """A worker whose trial is taken over just as it reopens the run it resumes (found by the
+    chaos benchmark) leaves that run RUNNING after the point completed in it. The sweep's end
+    closes it as the seed that last recorded it ended; a run of a trial still running is
+    left alone."""
+    import optuna
+
+    from analysis.records import Replicate, Role, Tag
+    from trainer.run.tracking import MLflowRun
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="s")
+
+    def trial_with_run() -> tuple[optuna.Trial, MLflowRun]:
+        trial = study.ask()
+        tags = {Tag.ROLE: Role.TRIAL, Tag.STUDY: "s", Tag.TRIAL_NUMBER: str(trial.number)}
+        run = MLflowRun("grpo", f"t{trial.number}", tags=tags)
+        record = Replicate(0, State.COMPLETE, 0.5, None, 9, None, "", run.run_id)
+        trial.set_user_attr(records.replicate_key(0), record.as_attr())
+        return trial, run
+
+    done, reopened = trial_with_run()
+    reopened.end("FINISHED")
+    study.tell(done, 0.5)
+    reopened.reopen()  # the zombie's attach, after the point completed
+    _, live = trial_with_run()
+    tell.close_runs_left_running(study)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.get_run(reopened.run_id).info.status == "FINISHED"
+    assert client.get_run(live.run_id).info.status == "RUNNING"  # its trial still runs
+    orphan = MLflowRun(
+        "grpo", "t9", tags={Tag.ROLE: Role.TRIAL, Tag.STUDY: "s", Tag.TRIAL_NUMBER: "9"}
+    )
+    tell.close_runs_left_running(study)  # no trial 9 recorded it: it failed
+    assert client.get_run(orphan.run_id).info.status == "FAILED"
+    assert client.get_run(orphan.run_id).data.tags[Tag.FAIL_REASON] == tell.LEFT_RUNNING
+
+
 def test_a_worker_whose_trial_was_taken_over_drops_its_result_and_ends_cleanly(
     tmp_path, monkeypatch
 ):

@@ -191,6 +191,19 @@ def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
     assert display.Counts.of(study).waiting == 2
 
 
+def test_a_point_whose_give_back_was_cut_short_is_left_to_the_sweep_not_queued_afresh(url):
+    """A worker killed between failing a stale trial and queuing its point: a worker joining
+    later must not queue the point afresh (its checkpoint would be lost); the point is found
+    as never queued again, until its retry is queued."""
+    study, space, search_sampler = _study_with_a_stale_trial(url)
+    (stale,) = fail_stale_trials(study, "its sweeper died", max_in_a_row=3)  # ...killed here
+    assert [t.number for t in slots.never_queued_again(study.trials)] == [stale.number]
+    assert slots.fill(_study(url, search_sampler), url, space, search_sampler) == 0
+    slots.give_back(study, stale, {})
+    assert slots.never_queued_again(study.trials) == []
+    assert display.Counts.of(study).waiting == 2
+
+
 def test_a_point_lost_again_and_again_fails_only_when_it_gets_no_further(url, tmp_path):
     """max_lost_in_a_row counts losses with no new checkpoint between them: a run that kills
     its worker at the same step loops, one preempted while it progresses does not."""

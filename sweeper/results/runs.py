@@ -86,17 +86,22 @@ def existing_run(run_id: str) -> MLflowRun:
     return MLflowRun.existing(run_id, tracking_client(tracking_uri()))
 
 
-def running_trial_runs(study: str, number: int) -> list[str]:
-    """The trial's MLflow runs still RUNNING, found by their tags (set as each run is
-    created): a worker interrupted between creating or reopening a run and recording its id
-    in the trial would otherwise leave it RUNNING for good."""
+def running_trial_runs(study: str, number: int | None = None) -> dict[str, int]:
+    """The study's trial and configuration runs still RUNNING ({run id: its trial number}),
+    found by their tags (set as each run is created), of one trial or of all: a worker
+    interrupted between creating or reopening a run and recording its id in the trial would
+    otherwise leave it RUNNING for good."""
     client = tracking_client(tracking_uri())
+    which = f" and tags.`{Tag.TRIAL_NUMBER}` = '{number}'" if number is not None else ""
     found = client.search_runs(
         [e.experiment_id for e in client.search_experiments()],
-        filter_string=f"tags.`{Tag.STUDY}` = '{study}' and tags.`{Tag.TRIAL_NUMBER}` = "
-        f"'{number}' and attributes.status = 'RUNNING'",
+        filter_string=f"tags.`{Tag.STUDY}` = '{study}'{which} and attributes.status = 'RUNNING'",
     )
-    return [run.info.run_id for run in found]
+    return {
+        run.info.run_id: int(run.data.tags[Tag.TRIAL_NUMBER])
+        for run in found
+        if Tag.TRIAL_NUMBER in run.data.tags  # the study's own run has none
+    }
 
 
 def set_run_tags(run_id: str, tags: Mapping[str, Any]) -> None:

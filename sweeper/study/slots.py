@@ -16,6 +16,7 @@ WAITING trial with the same params (`retry_of` names the original). Whoever chan
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import optuna
 from optuna.distributions import (
@@ -37,18 +38,33 @@ from sweeper.study.storage import exclusive
 
 def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: SearchSampler) -> int:
     """Queue the slots the plan lacks; return how many. Run by the study's creator, and
-    by a worker that joins it (a resume with a larger n_trials adds the difference, and a
-    point whose re-queue was lost with its worker is queued again)."""
+    by a worker that joins it (a resume with a larger n_trials adds the difference). A point
+    whose re-queue was lost with its worker is not queued afresh: the sweep gives it back with
+    its checkpoint and runs (sweeper/sweep/tell.py give_back_lost)."""
     with exclusive(url):
+        trials = study.get_trials(deepcopy=False)
+        unqueued = never_queued_again(trials)  # the sweep queues these, with their checkpoints
         if search_sampler.is_grid:
-            trials = study.get_trials(deepcopy=False)
-            have = [_params(t) for t in trials if not is_interrupted(t)]
+            have = [_params(t) for t in trials if not is_interrupted(t) or t in unqueued]
             missing = [p for p in grid_configurations(space) if p not in have]
         else:
-            missing = [{}] * max(0, search_sampler.planned - Counts.of(study).slots)
+            taken = Counts.of(study).slots + len(unqueued)
+            missing = [{}] * max(0, search_sampler.planned - taken)
         for params in missing:
             study.enqueue_trial(params)
     return len(missing)
+
+
+def never_queued_again(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Interrupted trials whose point has no retry: the worker giving it back was killed
+    between failing the trial and queuing its point. A point some other trial holds is
+    left alone (a study from before retries were found this way queued it afresh)."""
+    retried = {t.user_attrs.get(TrialAttr.RETRY_OF) for t in trials}
+    unqueued = [t for t in trials if is_interrupted(t) and t.number not in retried]
+    if not unqueued:  # the usual case, read on every turn of the sweep's loop
+        return []
+    held = [_params(t) for t in trials if not is_interrupted(t)]
+    return [t for t in unqueued if _params(t) not in held]
 
 
 def _params(trial: FrozenTrial) -> dict:

@@ -50,7 +50,12 @@ from sweeper.sweep.flights import InFlight, Job, quote, seed_job
 from sweeper.sweep.outcome import seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
 from sweeper.sweep.start import start_sweep
-from sweeper.sweep.tell import give_back_interrupted, give_back_stale, tell_if_still_ours
+from sweeper.sweep.tell import (
+    close_runs_left_running,
+    give_back_interrupted,
+    give_back_lost,
+    tell_if_still_ours,
+)
 from sweeper.sweep.tuned import TunedFile
 from trainer.run.database import DatabaseUnreachable
 
@@ -125,6 +130,7 @@ class SweepRunner:
         return self.s.n_jobs
 
     def _finish(self, study: optuna.Study, status: str) -> None:
+        close_runs_left_running(study)
         trials = study.get_trials(deepcopy=False)
         best = records.best_trial(trials, self.s.maximize)
         verdict = study_verdict(study, study.user_attrs, self.s.maximize)
@@ -147,7 +153,7 @@ class SweepRunner:
             Heartbeat(study, self._in_flight_ids) as self.heartbeat,
         ):
             while True:
-                give_back_stale(study, self.s, self.name)
+                give_back_lost(study, self.s, self.name)
                 self._check_failures(study)
                 job = None
                 while len(running) < self.lanes and (job := self._next_job(study, pending)):

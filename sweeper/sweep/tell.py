@@ -94,18 +94,24 @@ def tell_outcome(
         runs.close_config_run(flight.config_run_id, out, list(recorded.values()))
 
 
-def give_back_stale(study: optuna.Study, settings: SweepSettings, name: str) -> None:
-    """fail_stale_trials=true: the trials whose sweeper stopped are lost, their points queued
-    again (any worker may find them)."""
-    if not settings.fail_stale_trials or not oa.stale_trial_ids(study):
-        return
+def give_back_lost(study: optuna.Study, settings: SweepSettings, name: str) -> None:
+    """Trials lost with their workers go back to the plan: with fail_stale_trials=true the
+    RUNNING ones whose sweeper stopped (any worker may find them), and any interrupted trial
+    whose point was never queued again (the worker giving it back was killed half-way)."""
+    unqueued = slots.never_queued_again(study.get_trials(deepcopy=False))
+    stale = settings.fail_stale_trials and bool(oa.stale_trial_ids(study))
     # Heartbeats are stamped with the database's clock: right after an outage every running
     # trial looks stale. Its grace counts from the store's return, not across the outage.
-    if calm_for() < (settings.grace_period or 2 * settings.heartbeat_interval):
+    stale = stale and calm_for() >= (settings.grace_period or 2 * settings.heartbeat_interval)
+    if not unqueued and not stale:
         return
     with exclusive(settings.storage):  # a worker filling the plan sees each point queued again
-        for trial in recovery.fail_stale_trials(study, STALE_REASON, settings.max_lost_in_a_row):
+        for trial in slots.never_queued_again(study.get_trials(deepcopy=False)):
             give_back(study, trial, name)
+        if stale:
+            lost = recovery.fail_stale_trials(study, STALE_REASON, settings.max_lost_in_a_row)
+            for trial in lost:
+                give_back(study, trial, name)
 
 
 def give_back_interrupted(
@@ -149,6 +155,45 @@ def give_back(study: optuna.Study, trial: FrozenTrial, name: str, killed: bool =
         return
     slots.give_back(study, trial, resume_dirs, carried)
     say(f"[sweep {name}] t{trial.number} was interrupted; its point is queued again")
+
+
+LEFT_RUNNING = "its run was left RUNNING by a worker that lost its trial"
+
+
+def close_runs_left_running(study: optuna.Study) -> None:
+    """Close the study's runs still RUNNING whose trial is neither running nor queued: one a
+    worker reopened to resume just as its trial was taken over, or one a worker killed
+    half-way through giving a trial back had yet to close. Each ends as the seed that last
+    recorded it did (FAIL when none did)."""
+    left = runs.running_trial_runs(study.study_name)  # read first: a run reopened later is live
+    if not left:
+        return
+    trials = oa.storage_of(study).get_all_trials(study._study_id, deepcopy=False)
+    live_numbers, live_runs, recorded = set(), set(), {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        if trial.state in (TrialState.RUNNING, TrialState.WAITING):
+            live_numbers.add(trial.number)
+            live_runs |= _runs_named(trial)
+        for rep in records.replicates(trial):
+            if rep.state != State.RUNNING:
+                recorded[rep.run_id] = rep  # the newest trial's record of a run wins
+    for run_id, number in left.items():
+        if number in live_numbers or run_id in live_runs:
+            continue
+        rep = recorded.get(run_id)
+        runs.close_trial_run(
+            run_id, rep.state if rep else State.FAIL, rep.reason if rep else LEFT_RUNNING
+        )
+
+
+def _runs_named(trial: FrozenTrial) -> set[str]:
+    """Every run a trial names: its own, its seeds', and the ones it is to resume."""
+    resume_dirs = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).values()
+    return {
+        trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID),
+        *(r.run_id for r in records.replicates(trial)),
+        *(d.get("run_id") for d in resume_dirs),
+    } - {None}
 
 
 def _died(seed: int, started: Replicate | None, reason: str) -> Replicate:
