@@ -191,6 +191,22 @@ def load_trials(storage: str) -> list:
     return optuna.load_study(study_name=name, storage=storage).trials
 
 
+def dump_trials(trials: list, path: Path) -> None:
+    """Every trial as the study held it, beside the worker logs, to read what went wrong."""
+    rows = [
+        {
+            "number": t.number,
+            "state": t.state.name,
+            "params": t.params,
+            "user_attrs": t.user_attrs,
+            "system_attrs": t.system_attrs,
+        }
+        for t in trials
+    ]
+    path.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    say(f"every trial: {path}")
+
+
 def say(line: str) -> None:
     print(line, flush=True)
 
@@ -234,6 +250,7 @@ def main() -> None:
             complete_once = "yes"
         except AssertionError as e:  # recorded with the rest: which points, which states
             trials, complete_once = load_trials(storage), f"NO: {str(e)[:3000]}"
+            dump_trials(trials, root / "trials.json")  # the server goes with its records
         result = {
             "workers": args.workers,
             "minutes_of_chaos": args.minutes,

@@ -191,6 +191,29 @@ def test_a_worker_filling_while_another_gives_a_point_back_queues_nothing(url):
     assert display.Counts.of(study).waiting == 2
 
 
+def test_a_worker_killed_while_taking_a_slot_gives_back_the_whole_point(url):
+    """Found by bench/bench_chaos.py: a worker killed between writing a slot's first param and
+    its last gave back only the params written; the retry drew the rest at random and resumed
+    another point's run from its checkpoint (MLflow refused: "Changing param values")."""
+    space = parse_space({}, ["group_size=2,4", "lr=1e-3,2e-3", "batch_size=2,4"])
+    search_sampler = choose_search_sampler("auto", space, 100, None)
+    study = _study(url, search_sampler)
+    slots.fill(study, url, space, search_sampler)
+    slot = oa.waiting_trials(study)[0]
+    point = slot.system_attrs["fixed_params"]
+    assert oa.claim(study, slot)
+    optuna.Trial(study, slot._trial_id).suggest_categorical("group_size", [2, 4])  # ...killed
+    lost = oa.fresh(study, slot._trial_id)
+    assert lost.params == {"group_size": point["group_size"]}  # half-written
+    assert recovery.interrupt(study, slot._trial_id, "lost")
+    slots.give_back(study, oa.fresh(study, slot._trial_id), {"0": {"output_dir": "/x/t0"}})
+    (retry,) = [t for t in oa.waiting_trials(study) if TrialAttr.RETRY_OF in t.user_attrs]
+    assert retry.system_attrs["fixed_params"] == point
+    taken = [slots.take(study, url, space.distributions) for _ in range(8)]
+    (resumed,) = [t for t in taken if TrialAttr.RETRY_OF in t.user_attrs]
+    assert resumed.params == point
+
+
 def test_a_point_whose_give_back_was_cut_short_is_left_to_the_sweep_not_queued_afresh(url):
     """A worker killed between failing a stale trial and queuing its point: a worker joining
     later must not queue the point afresh (its checkpoint would be lost); the point is found

@@ -97,7 +97,7 @@ def give_back(
         TrialAttr.CHECKPOINTS_SEEN: trial.user_attrs.get(TrialAttr.CHECKPOINTS_SEEN, []),
         **(carried or {}),
     }
-    study.enqueue_trial(trial.params, user_attrs=attrs)
+    study.enqueue_trial(_params(trial), user_attrs=attrs)  # whole, though it died mid-take
 
 
 def take(study: optuna.Study, url: str, dists: dict[str, BaseDistribution]) -> Trial | None:
