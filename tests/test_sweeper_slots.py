@@ -227,6 +227,30 @@ def test_a_point_whose_give_back_was_cut_short_is_left_to_the_sweep_not_queued_a
     assert display.Counts.of(study).waiting == 2
 
 
+def test_a_point_left_unqueued_is_queued_again_once_a_grace_has_passed(url, tmp_path, monkeypatch):
+    """Found by bench/bench_chaos.py: a server restart drops the plan's lock (a session lock)
+    while a worker is between failing a lost trial and queuing its point; another worker took
+    the lock, saw the point never queued again and queued it too (the point ran twice). A
+    point is queued again only after a whole grace unqueued, then once."""
+    from types import SimpleNamespace
+
+    from sweeper.sweep.tell import give_back_lost
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    study, _, _ = _study_with_a_stale_trial(url)
+    (stale,) = fail_stale_trials(study, "its sweeper died", max_in_a_row=3)  # ...still going
+    settings = SimpleNamespace(
+        fail_stale_trials=True, grace_period=1, heartbeat_interval=1, storage=url
+    )
+    give_back_lost(study, settings, "s")  # another worker, at once: it waits
+    assert [t.user_attrs.get(TrialAttr.RETRY_OF) for t in study.trials] == [None, None]
+    time.sleep(1.1)  # nobody queued it meanwhile: its worker was killed
+    give_back_lost(study, settings, "s")
+    give_back_lost(study, settings, "s")
+    retries = [t for t in study.trials if t.user_attrs.get(TrialAttr.RETRY_OF) == stale.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.WAITING
+
+
 def test_a_point_lost_again_and_again_fails_only_when_it_gets_no_further(url, tmp_path):
     """max_lost_in_a_row counts losses with no new checkpoint between them: a run that kills
     its worker at the same step loops, one preempted while it progresses does not."""

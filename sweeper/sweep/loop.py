@@ -176,7 +176,9 @@ class SweepRunner:
 
     def _wait_for_others(self, study: optuna.Study) -> bool:
         """Nothing left to take; trials of other workers still run. True: look again."""
-        if not display.Counts.of(study).running:
+        if not display.Counts.of(study).running and not slots.never_queued_again(
+            study.get_trials(deepcopy=False)
+        ):  # nothing running, and no point a killed worker left to queue again
             return False
         say(
             progress_line(study, self.search_sampler.planned, self.s.maximize)

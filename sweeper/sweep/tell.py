@@ -7,6 +7,7 @@ The loop (sweeper/sweep/loop.py) decides when; these say what is recorded.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
 import optuna
@@ -98,20 +99,39 @@ def give_back_lost(study: optuna.Study, settings: SweepSettings, name: str) -> N
     """Trials lost with their workers go back to the plan: with fail_stale_trials=true the
     RUNNING ones whose sweeper stopped (any worker may find them), and any interrupted trial
     whose point was never queued again (the worker giving it back was killed half-way)."""
-    unqueued = slots.never_queued_again(study.get_trials(deepcopy=False))
-    stale = settings.fail_stale_trials and bool(oa.stale_trial_ids(study))
+    grace = settings.grace_period or 2 * settings.heartbeat_interval
     # Heartbeats are stamped with the database's clock: right after an outage every running
     # trial looks stale. Its grace counts from the store's return, not across the outage.
-    stale = stale and calm_for() >= (settings.grace_period or 2 * settings.heartbeat_interval)
-    if not unqueued and not stale:
+    stale = settings.fail_stale_trials and bool(oa.stale_trial_ids(study)) and calm_for() >= grace
+    if not stale and not cut_short(study, grace):
         return
     with exclusive(settings.storage):  # a worker filling the plan sees each point queued again
-        for trial in slots.never_queued_again(study.get_trials(deepcopy=False)):
+        for trial in cut_short(study, grace):
             give_back(study, trial, name)
         if stale:
             lost = recovery.fail_stale_trials(study, STALE_REASON, settings.max_lost_in_a_row)
             for trial in lost:
                 give_back(study, trial, name)
+
+
+_UNQUEUED_SINCE: dict[tuple[str, int], float] = {}  # (study, trial) -> first seen, this process
+
+
+def cut_short(study: optuna.Study, grace: float) -> list[FrozenTrial]:
+    """Interrupted trials whose point this process has seen never queued again for a whole
+    grace: the worker giving one back was killed half-way. The wait is for a worker still
+    giving it back: a server restart drops the plan's lock (a session lock), so the lock
+    alone cannot say that nobody is. Counted on this process's clock, not the hosts'."""
+    now = time.monotonic()
+    unqueued = slots.never_queued_again(study.get_trials(deepcopy=False))
+    keys = {(study.study_name, t.number) for t in unqueued}
+    for gone in set(_UNQUEUED_SINCE) - keys:
+        del _UNQUEUED_SINCE[gone]
+    return [
+        t
+        for t in unqueued
+        if now - _UNQUEUED_SINCE.setdefault((study.study_name, t.number), now) >= grace
+    ]
 
 
 def give_back_interrupted(
