@@ -20,8 +20,7 @@ from omegaconf import DictConfig
 from trainer.base import metrics as metrics_names
 from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task
-from trainer.model import micro_batches
-from trainer.model.policy import Policy, TokenBatch, collate, token_logprobs
+from trainer.model.policy import Policy, TokenBatch, collate
 from trainer.model.rollout import Rollout
 from trainer.rl import rl_math
 from trainer.rl.losses import LossInputs, get_loss
@@ -117,8 +116,7 @@ def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
     metrics: dict[str, float] = {}
     if cfg.kl_penalty_coef > 0:
         started = time.perf_counter()
-        with torch.no_grad(), policy.reference() as reference:
-            ref_logp_NT = logprobs_in_pieces(reference, batch, cfg)
+        ref_logp_NT = policy.logprobs(batch, cfg.temperature, "reference")
         metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
         shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
@@ -223,40 +221,36 @@ def timing(groups: Groups, train_s: float) -> dict[str, float]:
 def backward(
     cfg: DictConfig, policy: Policy, prepared: Prepared, rows: torch.Tensor, scale: float = 1.0
 ) -> dict[str, float]:
-    """Forward and backward on the given rollouts (a minibatch), in micro-batches of at most
-    cfg.learner_batch_tokens tokens; gradients accumulate until the step.
+    """Forward and backward on the given rollouts (a minibatch), in the policy's micro-batches
+    (at most learner_batch_tokens tokens each); gradients accumulate until the step.
 
     Each piece's loss is normalised by the whole minibatch's sequences and tokens, so the
     pieces' gradients sum to the minibatch's. `scale` divides a minibatch's loss when several
     make up one optimizer step (streaming). A non-finite loss is reported, not backpropagated.
     """
     started = time.perf_counter()
-    rows = rows.to(policy.device)
-    mask_NT = prepared.mask_NT[rows]
-    num_sequences, num_tokens = len(rows), mask_NT.sum()
+    batch, rows = prepared.batch, rows.to(policy.device)
+    num_sequences, num_tokens = len(rows), prepared.mask_NT[rows].sum()
     loss_fn = get_loss(cfg.loss.name)
     losses, logp, entropy = [], [], []
-    with policy.learner() as model:
-        for piece in pieces(prepared.batch, rows, learner_tokens(cfg, policy.model.config)):
-            part = prepared.batch.select(piece)
-            logp_NT, entropy_NT = token_logprobs(model, part, cfg.temperature, with_entropy=True)
-            require_finite("learner logprob", logp_NT[part.mask_NT.bool()])
-            inputs = LossInputs(
-                logp_NT,
-                part.sampler_logp_NT,
-                prepared.advantages_NT[piece],
-                prepared.mask_NT[piece],
-                cfg.max_tokens,
-                num_sequences,
-                num_tokens,
-            )
-            loss = loss_fn(inputs, cfg.loss)
-            if torch.isfinite(loss):
-                (loss * scale).backward()
-            losses.append(loss.detach())
-            logp.append(logp_NT.detach())
-            entropy.append(entropy_NT)
-    logp_NT, minibatch = torch.cat(logp), prepared.batch.select(rows)
+    for piece, logp_NT, entropy_NT in policy.learner_pieces(batch, rows, cfg.temperature):
+        require_finite("learner logprob", logp_NT[batch.mask_NT[piece].bool()])
+        inputs = LossInputs(
+            logp_NT,
+            batch.sampler_logp_NT[piece],
+            prepared.advantages_NT[piece],
+            prepared.mask_NT[piece],
+            cfg.max_tokens,
+            num_sequences,
+            num_tokens,
+        )
+        loss = loss_fn(inputs, cfg.loss)
+        if torch.isfinite(loss):
+            (loss * scale).backward()
+        losses.append(loss.detach())
+        logp.append(logp_NT.detach())
+        entropy.append(entropy_NT)
+    logp_NT, minibatch = torch.cat(logp), batch.select(rows)
     # Sampler-vs-learner KL on this minibatch, before its own update took effect.
     kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
     return {
@@ -266,33 +260,6 @@ def backward(
         metrics_names.ENTROPY: rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item(),
         metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
     }
-
-
-def learner_tokens(cfg: DictConfig, shape) -> int:
-    """cfg.learner_batch_tokens, with auto sized from the model's shape (its transformers
-    config) and dtype."""
-    return micro_batches.token_budget(
-        cfg.learner_batch_tokens,
-        layers=shape.num_hidden_layers,
-        hidden=shape.hidden_size,
-        mlp=getattr(shape, "intermediate_size", None) or 4 * shape.hidden_size,
-        bytes_per_value=getattr(torch, cfg.model.dtype).itemsize,
-        checkpointed=cfg.gradient_checkpointing,
-    )
-
-
-def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
-    """The learner's micro-batches of these rollouts (trainer/model/micro_batches.py)."""
-    prompt_tokens_D = batch.prompt_mask_DS.sum(-1)
-    width = batch.completion_ids_NT.shape[1]
-    return micro_batches.split_rows(rows, batch.prompt_of_N, prompt_tokens_D, width, budget)
-
-
-def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfig) -> torch.Tensor:
-    """Every rollout's token log-probs, no gradient, one micro-batch at a time."""
-    rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
-    parts = pieces(batch, rows, learner_tokens(cfg, model.config))
-    return torch.cat([token_logprobs(model, batch.select(p), cfg.temperature)[0] for p in parts])
 
 
 def optimizer_step(
@@ -319,8 +286,8 @@ def optimizer_step(
 @torch.inference_mode()  # as the sampler runs; only two floats leave it
 def post_update_kl(policy: Policy, batch: TokenBatch, cfg: DictConfig) -> dict[str, float]:
     """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
-    with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
-        post_logp_NT = logprobs_in_pieces(model, batch, cfg)
+    # As the next sampling will see the policy: merged, no dropout.
+    post_logp_NT = policy.logprobs(batch, cfg.temperature, "inference")
     v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
     return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
 
