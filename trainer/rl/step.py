@@ -11,13 +11,13 @@ through the same code.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
 
 from trainer.base import metrics as metrics_names
+from trainer.base.timing import timed
 from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task
 from trainer.model.policy import Policy, TokenBatch, collate
@@ -77,21 +77,24 @@ def sample_groups(
     version: int,
 ) -> Groups:
     """group_size rollouts of each problem, scored by the task."""
-    started = time.perf_counter()
-    group_size = cfg.group_size  # read once: each DictConfig lookup costs tens of microseconds
-    prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
-    rollouts_N = sampler.sample(prompts_N, settings)
-    calls = [(problems_P[i // group_size], r.text, r.finished) for i, r in enumerate(rollouts_N)]
-    scored, timeouts = score_batch(task, calls)
-    rewards_N = []
-    for r, (reward, parts) in zip(rollouts_N, scored, strict=True):
-        r.reward_parts = parts  # each reward's own score rides on its rollout
-        rewards_N.append(reward)
-    rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
-    require_finite("reward", rewards_PG)
-    elapsed = time.perf_counter() - started
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_SAMPLE):
+        group_size = cfg.group_size  # read once: each DictConfig lookup costs microseconds
+        prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
+        rollouts_N = sampler.sample(prompts_N, settings)
+        calls = [
+            (problems_P[i // group_size], r.text, r.finished) for i, r in enumerate(rollouts_N)
+        ]
+        scored, timeouts = score_batch(task, calls)
+        rewards_N = []
+        for r, (reward, parts) in zip(rollouts_N, scored, strict=True):
+            r.reward_parts = parts  # each reward's own score rides on its rollout
+            rewards_N.append(reward)
+        rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
+        require_finite("reward", rewards_PG)
     versions = [version] * len(problems_P)
-    return Groups(problems_P, rollouts_N, rewards_PG, versions, elapsed, timeouts)
+    sample_s = seconds[metrics_names.TIME_SAMPLE]
+    return Groups(problems_P, rollouts_N, rewards_PG, versions, sample_s, timeouts)
 
 
 @dataclass
@@ -115,9 +118,8 @@ def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
     advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
     metrics: dict[str, float] = {}
     if cfg.kl_penalty_coef > 0:
-        started = time.perf_counter()
-        ref_logp_NT = policy.logprobs(batch, cfg.temperature, "reference")
-        metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
+        with timed(metrics, metrics_names.TIME_REFERENCE):
+            ref_logp_NT = policy.logprobs(batch, cfg.temperature, "reference")
         shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
             ref_logp_NT,
@@ -144,16 +146,19 @@ def train_on_groups(
 ) -> dict[str, float]:
     """The training step every pipeline shares: num_substeps minibatches of whole groups,
     one optimizer step each, then the post-update KL on the groups' own rollouts."""
-    started = time.perf_counter()
-    prepared = prepare(cfg, policy, groups)
-    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_substeps, prepared.keep_P)
-    updates = []
-    for rows in rows_M:
-        update = backward(cfg, policy, prepared, rows)
-        optimizer_step(cfg, policy, optimizer, update)
-        updates.append(update)
-    metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
-    return {**metrics, **prepared.metrics, **timing(groups, time.perf_counter() - started)}
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_TRAIN):
+        prepared = prepare(cfg, policy, groups)
+        keep_P = prepared.keep_P
+        rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_substeps, keep_P)
+        updates = []
+        for rows in rows_M:
+            update = backward(cfg, policy, prepared, rows)
+            optimizer_step(cfg, policy, optimizer, update)
+            updates.append(update)
+        metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
+    train_s = seconds[metrics_names.TIME_TRAIN]
+    return {**metrics, **prepared.metrics, **timing(groups, train_s)}
 
 
 def step_metrics(
@@ -171,9 +176,8 @@ def step_metrics(
     # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
     # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
     if cfg.compute_post_kl:
-        post_started = time.perf_counter()
-        metrics.update(post_update_kl(policy, batch, cfg))
-        metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
+        with timed(metrics, metrics_names.TIME_POST_KL):
+            metrics.update(post_update_kl(policy, batch, cfg))
     return metrics
 
 
@@ -228,38 +232,42 @@ def backward(
     pieces' gradients sum to the minibatch's. `scale` divides a minibatch's loss when several
     make up one optimizer step (streaming). A non-finite loss is reported, not backpropagated.
     """
-    started = time.perf_counter()
-    batch, rows = prepared.batch, rows.to(policy.device)
-    num_sequences, num_tokens = len(rows), prepared.mask_NT[rows].sum()
-    loss_fn = get_loss(cfg.loss.name)
-    losses, logp, entropy = [], [], []
-    for piece, logp_NT, entropy_NT in policy.learner_pieces(batch, rows, cfg.temperature):
-        require_finite("learner logprob", logp_NT[batch.mask_NT[piece].bool()])
-        inputs = LossInputs(
-            logp_NT,
-            batch.sampler_logp_NT[piece],
-            prepared.advantages_NT[piece],
-            prepared.mask_NT[piece],
-            cfg.max_tokens,
-            num_sequences,
-            num_tokens,
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_FORWARD_BACKWARD):
+        batch, rows = prepared.batch, rows.to(policy.device)
+        num_sequences, num_tokens = len(rows), prepared.mask_NT[rows].sum()
+        loss_fn = get_loss(cfg.loss.name)
+        losses, logp, entropy = [], [], []
+        for piece, logp_NT, entropy_NT in policy.learner_pieces(batch, rows, cfg.temperature):
+            require_finite("learner logprob", logp_NT[batch.mask_NT[piece].bool()])
+            inputs = LossInputs(
+                logp_NT,
+                batch.sampler_logp_NT[piece],
+                prepared.advantages_NT[piece],
+                prepared.mask_NT[piece],
+                cfg.max_tokens,
+                num_sequences,
+                num_tokens,
+            )
+            loss = loss_fn(inputs, cfg.loss)
+            if torch.isfinite(loss):
+                (loss * scale).backward()
+            losses.append(loss.detach())
+            logp.append(logp_NT.detach())
+            entropy.append(entropy_NT)
+        logp_NT, minibatch = torch.cat(logp), batch.select(rows)
+        # Sampler-vs-learner KL on this minibatch, before its own update took effect.
+        kl_v1, kl_v2 = rl_math.kl_sample_train(
+            minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT
         )
-        loss = loss_fn(inputs, cfg.loss)
-        if torch.isfinite(loss):
-            (loss * scale).backward()
-        losses.append(loss.detach())
-        logp.append(logp_NT.detach())
-        entropy.append(entropy_NT)
-    logp_NT, minibatch = torch.cat(logp), batch.select(rows)
-    # Sampler-vs-learner KL on this minibatch, before its own update took effect.
-    kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
-    return {
-        metrics_names.LOSS: sum(losses).item(),
-        metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
-        metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
-        metrics_names.ENTROPY: rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item(),
-        metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
-    }
+        entropy_mean = rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item()
+        update = {
+            metrics_names.LOSS: sum(losses).item(),
+            metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
+            metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
+            metrics_names.ENTROPY: entropy_mean,
+        }
+    return {**update, **seconds}
 
 
 def optimizer_step(
@@ -268,18 +276,18 @@ def optimizer_step(
     """Clip and apply the gradients the updates' backward passes accumulated, and record the
     step in them: the gradient norm in each, the step's time in the first. Returns the norm.
     Nothing moves when a loss or the gradient is not finite: NaN never reaches the weights."""
-    started = time.perf_counter()
-    grad_norm = math.nan
-    if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm).item()
-    if math.isfinite(grad_norm):
-        optimizer.step()
-        policy.weights_changed()
-    optimizer.zero_grad(set_to_none=True)
-    for update in updates:
-        update[metrics_names.GRAD_NORM] = grad_norm
-    updates[0][metrics_names.TIME_OPTIMIZER] = time.perf_counter() - started
+    with timed(updates[0], metrics_names.TIME_OPTIMIZER):
+        grad_norm = math.nan
+        if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
+            max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+            parameters = policy.trainable_parameters()
+            grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm).item()
+        if math.isfinite(grad_norm):
+            optimizer.step()
+            policy.weights_changed()
+        optimizer.zero_grad(set_to_none=True)
+        for update in updates:
+            update[metrics_names.GRAD_NORM] = grad_norm
     return grad_norm
 
 
