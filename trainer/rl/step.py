@@ -1,11 +1,24 @@
-"""The one training step every pipeline shares (trainer/rl/pipelines.py decides how groups arrive).
+"""One GRPO step, the part every pipeline shares (trainer/rl/pipelines.py decides how the
+groups arrive: all at once, streamed, or sampled ahead).
 
-sample_groups:   group_size rollouts of each problem, scored -> Groups
-train_on_groups: advantages (centred within each group) -> optional KL shaping against the
-                 reference -> minibatches of whole groups, one optimizer step each -> the
-                 post-update KL on the groups' own rollouts
-Shapes come from the groups, never from the config, so a streamed or partial batch trains
-through the same code.
+  sample_groups      group_size rollouts of each problem, each scored by the task -> Groups
+  train_on_groups    the rest, in this order:
+    prepare          advantages: each reward minus its group's mean (optionally over its std),
+                     on every completion token; with a KL penalty, shaped toward the reference
+                     (the base model: LoRA's adapter off, or a frozen copy)
+    backward         per minibatch of whole groups: the learner's token log-probs, the loss
+                     (trainer/rl/losses.py), its gradient
+    optimizer_step   clip the gradient, one optimizer step
+    step_metrics     rewards, the updates' averages, and the post-update KL: the sampler's
+                     log-probs against the updated policy's, on the step's own rollouts
+
+Simplified: one reward per completion, one epoch over each batch, the sampler's log-probs are
+the importance ratio's old policy (not recomputed), no value model. Shapes come from the
+groups, never from the config, so a streamed or partial batch trains through the same code.
+Left out of this file, the speed: `Policy.logprobs` and `Policy.learner_pieces`
+(trainer/model/policy.py) run micro-batches sized to memory, packed groups or a shared prompt
+cache, the output layer in chunks and a merged LoRA copy; trainer/model/plain_logprobs.py
+computes the same log-probs with one plain forward.
 """
 
 from __future__ import annotations
