@@ -14,7 +14,7 @@ from conftest import run_sweep, study_in
 
 from trainer.base import metrics
 from trainer.env.tasks import AdditionTask
-from trainer.rl import step
+from trainer.model.policy import Policy
 from trainer.rl.pipeline_settings import PIPELINES
 from trainer.rl.pipelines import PIPELINE_CLASSES, split_by_age, staleness
 from trainer.rl.step import (
@@ -141,20 +141,20 @@ def test_streaming_with_a_kl_penalty_runs_the_reference_once_per_minibatch(
 ):
     """Its post-update KL reuses the step's tokens: no second, whole-batch reference forward."""
     forwards = []
-    counted = step.logprobs_in_pieces
+    counted = Policy.logprobs
 
-    def counting(model, batch, cfg):
-        forwards.append(len(batch.prompt_of_N))
-        return counted(model, batch, cfg)
+    def counting(policy, batch, temperature, role):
+        forwards.append((role, len(batch.prompt_of_N)))
+        return counted(policy, batch, temperature, role)
 
-    monkeypatch.setattr(step, "logprobs_in_pieces", counting)
+    monkeypatch.setattr(Policy, "logprobs", counting)
     small = ["batch_size=8", "group_size=4", "task.eval_size=16", "eval_every=0", "max_steps=1"]
     recorder = new_recorder()
     cfg = composed(*small, "pipeline=stream", "num_minibatches=2", "kl_penalty_coef=0.1")
     train(cfg, recorder)
     # 8 groups x 4 in 2 minibatches: the reference's forward on each (16 rollouts), then the
     # post-update KL's on the step's 32; before, a second reference forward on all 32 too.
-    assert forwards == [16, 16, 32]
+    assert forwards == [("reference", 16), ("reference", 16), ("inference", 32)]
     trained = recorder.steps[1]
     # logged again (stream dropped them): at step 1 the policy is still the reference
     assert abs(trained[metrics.KL_POLICY_REF]) < 1e-6 and trained[metrics.TIME_REFERENCE] > 0

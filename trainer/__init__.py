@@ -10,7 +10,8 @@ bad-input check do, loads no torch.
 Sub-packages in layers, bottom to top; each imports only its own and those below it
 (tests/test_import_graph.py checks):
 
-  base      ConfigError and one-line errors, Hydra schemas, metric names, progress bar; nothing
+  base      ConfigError and one-line errors, Hydra schemas, metric names, progress bar, timer;
+            nothing
   model     Policy, log-probs, packing, KV caches, merged LoRA, micro-batches, Rollout; base
   env       tasks, rewards, prompts and chat templates; base, model
   sampling  Sampler protocol, torch and vLLM samplers, factory, model source and tiny model;

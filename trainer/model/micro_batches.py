@@ -49,6 +49,21 @@ def token_budget(
     return max(1, budget_bytes // per_token)
 
 
+def model_token_budget(
+    setting: int | str, shape, dtype: torch.dtype, checkpointed: bool = False
+) -> int:
+    """token_budget for a model: its transformers config (`shape`: layers and widths) and the
+    dtype it runs in."""
+    return token_budget(
+        setting,
+        layers=shape.num_hidden_layers,
+        hidden=shape.hidden_size,
+        mlp=getattr(shape, "intermediate_size", None) or 4 * shape.hidden_size,
+        bytes_per_value=dtype.itemsize,
+        checkpointed=checkpointed,
+    )
+
+
 def split_rows(
     rows_R: torch.Tensor,
     prompt_of_N: torch.Tensor,

@@ -7,6 +7,11 @@ fine-tune keeps a frozen copy, and only when the KL penalty needs it. With LoRA,
 post-update KL and the learner's forward run on a copy of the model with the adapter folded into
 its linear weights (one matmul a layer instead of three; trainer/model/merged_lora.py):
 `Policy.inference()` for no-grad work, `Policy.learner()` for the gradient.
+
+What the training step calls (trainer/rl/step.py): `Policy.logprobs` (the reference's or the
+current policy's token log-probs, no gradient) and `Policy.learner_pieces` (the learner's
+log-probs with their gradient, a micro-batch at a time). The micro-batches' size, packing,
+the shared prompt cache and the output layer in chunks stay behind them, here in model/.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from peft import PeftModel
@@ -24,7 +30,7 @@ from transformers import (
 )
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from trainer.model import logprobs, packing
+from trainer.model import logprobs, micro_batches, packing
 from trainer.model.kv_cache import left_pad, prefill_shared, with_cache
 from trainer.model.merged_lora import MergedLoRA
 from trainer.model.rollout import Rollout
@@ -40,6 +46,9 @@ class Policy:
     device: torch.device
     frozen_reference: torch.nn.Module | None = None  # full fine-tune with a KL penalty only
     merge_lora: bool = True  # inference() on merged weights (else on the PEFT model itself)
+    # Tokens per learner micro-batch (load_policy sizes it from learner_batch_tokens,
+    # trainer/model/micro_batches.py); None: every batch in one piece.
+    learner_batch_tokens: int | None = None
     _merged: MergedLoRA | None = field(default=None, init=False, repr=False)
     _trainable: list[torch.nn.Parameter] | None = field(default=None, init=False, repr=False)
 
@@ -86,6 +95,40 @@ class Policy:
             yield model
         finally:
             merged.set_training(False)  # the sampler's mode: no dropout
+
+    def logprobs(
+        self, batch: TokenBatch, temperature: float, role: Literal["reference", "inference"]
+    ) -> torch.Tensor:
+        """Every rollout's token log-probs under the reference policy or the current one (as
+        the sampler sees it), no gradient, one micro-batch at a time."""
+        models = {"reference": self.reference, "inference": self.inference}
+        rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
+        with torch.no_grad(), models[role]() as model:
+            parts = [batch.select(piece) for piece in self.micro_batches(batch, rows)]
+            return torch.cat([token_logprobs(model, part, temperature)[0] for part in parts])
+
+    def learner_pieces(
+        self, batch: TokenBatch, rows: torch.Tensor, temperature: float
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(piece, logp_NT, entropy_NT) for each micro-batch of the given rollouts: the rows of
+        `batch` it holds, their token log-probs with the gradient to the trainable weights, and
+        their entropy. A piece's backward belongs before the next: its activations go then."""
+        with self.learner() as model:
+            for piece in self.micro_batches(batch, rows):
+                part = batch.select(piece)
+                logp_NT, entropy_NT = token_logprobs(model, part, temperature, with_entropy=True)
+                yield piece, logp_NT, entropy_NT
+
+    def micro_batches(self, batch: TokenBatch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """These rollouts (row indices of `batch`) in consecutive pieces of at most
+        learner_batch_tokens tokens (trainer/model/micro_batches.py)."""
+        if self.learner_batch_tokens is None:
+            return [rows]
+        prompt_tokens_D = batch.prompt_mask_DS.sum(-1)
+        width = batch.completion_ids_NT.shape[1]
+        return micro_batches.split_rows(
+            rows, batch.prompt_of_N, prompt_tokens_D, width, self.learner_batch_tokens
+        )
 
     def _merged_copy(self) -> MergedLoRA | None:
         if not (self.uses_lora and self.merge_lora):

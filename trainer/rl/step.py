@@ -1,27 +1,39 @@
-"""The one training step every pipeline shares (trainer/rl/pipelines.py decides how groups arrive).
+"""One GRPO step, the part every pipeline shares (trainer/rl/pipelines.py decides how the
+groups arrive: all at once, streamed, or sampled ahead).
 
-sample_groups:   group_size rollouts of each problem, scored -> Groups
-train_on_groups: advantages (centred within each group) -> optional KL shaping against the
-                 reference -> minibatches of whole groups, one optimizer step each -> the
-                 post-update KL on the groups' own rollouts
-Shapes come from the groups, never from the config, so a streamed or partial batch trains
-through the same code.
+  sample_groups      group_size rollouts of each problem, each scored by the task -> Groups
+  train_on_groups    the rest, in this order:
+    prepare          advantages: each reward minus its group's mean (optionally over its std),
+                     on every completion token; with a KL penalty, shaped toward the reference
+                     (the base model: LoRA's adapter off, or a frozen copy)
+    backward         per minibatch of whole groups: the learner's token log-probs, the loss
+                     (trainer/rl/losses.py), its gradient
+    optimizer_step   clip the gradient, one optimizer step
+    step_metrics     rewards, the updates' averages, and the post-update KL: the sampler's
+                     log-probs against the updated policy's, on the step's own rollouts
+
+Simplified: one reward per completion, one epoch over each batch, the sampler's log-probs are
+the importance ratio's old policy (not recomputed), no value model. Shapes come from the
+groups, never from the config, so a streamed or partial batch trains through the same code.
+Left out of this file, the speed: `Policy.logprobs` and `Policy.learner_pieces`
+(trainer/model/policy.py) run micro-batches sized to memory, packed groups or a shared prompt
+cache, the output layer in chunks and a merged LoRA copy; trainer/model/plain_logprobs.py
+computes the same log-probs with one plain forward.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
 
 from trainer.base import metrics as metrics_names
+from trainer.base.timing import timed
 from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task
-from trainer.model import micro_batches
-from trainer.model.policy import Policy, TokenBatch, collate, token_logprobs
+from trainer.model.policy import Policy, TokenBatch, collate
 from trainer.model.rollout import Rollout
 from trainer.rl import rl_math
 from trainer.rl.losses import LossInputs, get_loss
@@ -78,21 +90,24 @@ def sample_groups(
     version: int,
 ) -> Groups:
     """group_size rollouts of each problem, scored by the task."""
-    started = time.perf_counter()
-    group_size = cfg.group_size  # read once: each DictConfig lookup costs tens of microseconds
-    prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
-    rollouts_N = sampler.sample(prompts_N, settings)
-    calls = [(problems_P[i // group_size], r.text, r.finished) for i, r in enumerate(rollouts_N)]
-    scored, timeouts = score_batch(task, calls)
-    rewards_N = []
-    for r, (reward, parts) in zip(rollouts_N, scored, strict=True):
-        r.reward_parts = parts  # each reward's own score rides on its rollout
-        rewards_N.append(reward)
-    rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
-    require_finite("reward", rewards_PG)
-    elapsed = time.perf_counter() - started
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_SAMPLE):
+        group_size = cfg.group_size  # read once: each DictConfig lookup costs microseconds
+        prompts_N = [p.prompt for p in problems_P for _ in range(group_size)]
+        rollouts_N = sampler.sample(prompts_N, settings)
+        calls = [
+            (problems_P[i // group_size], r.text, r.finished) for i, r in enumerate(rollouts_N)
+        ]
+        scored, timeouts = score_batch(task, calls)
+        rewards_N = []
+        for r, (reward, parts) in zip(rollouts_N, scored, strict=True):
+            r.reward_parts = parts  # each reward's own score rides on its rollout
+            rewards_N.append(reward)
+        rewards_PG = torch.tensor(rewards_N, dtype=torch.float32).view(len(problems_P), group_size)
+        require_finite("reward", rewards_PG)
     versions = [version] * len(problems_P)
-    return Groups(problems_P, rollouts_N, rewards_PG, versions, elapsed, timeouts)
+    sample_s = seconds[metrics_names.TIME_SAMPLE]
+    return Groups(problems_P, rollouts_N, rewards_PG, versions, sample_s, timeouts)
 
 
 @dataclass
@@ -116,10 +131,8 @@ def prepare(cfg: DictConfig, policy: Policy, groups: Groups) -> Prepared:
     advantages_NT = advantages_N.to(policy.device) * batch.mask_NT
     metrics: dict[str, float] = {}
     if cfg.kl_penalty_coef > 0:
-        started = time.perf_counter()
-        with torch.no_grad(), policy.reference() as reference:
-            ref_logp_NT = logprobs_in_pieces(reference, batch, cfg)
-        metrics[metrics_names.TIME_REFERENCE] = time.perf_counter() - started
+        with timed(metrics, metrics_names.TIME_REFERENCE):
+            ref_logp_NT = policy.logprobs(batch, cfg.temperature, "reference")
         shaping_NT, metrics[metrics_names.KL_POLICY_REF] = rl_math.kl_penalty(
             batch.sampler_logp_NT,
             ref_logp_NT,
@@ -146,16 +159,19 @@ def train_on_groups(
 ) -> dict[str, float]:
     """The training step every pipeline shares: num_substeps minibatches of whole groups,
     one optimizer step each, then the post-update KL on the groups' own rollouts."""
-    started = time.perf_counter()
-    prepared = prepare(cfg, policy, groups)
-    rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_substeps, prepared.keep_P)
-    updates = []
-    for rows in rows_M:
-        update = backward(cfg, policy, prepared, rows)
-        optimizer_step(cfg, policy, optimizer, update)
-        updates.append(update)
-    metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
-    return {**metrics, **prepared.metrics, **timing(groups, time.perf_counter() - started)}
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_TRAIN):
+        prepared = prepare(cfg, policy, groups)
+        keep_P = prepared.keep_P
+        rows_M = rl_math.minibatch_rows(len(groups), cfg.group_size, num_substeps, keep_P)
+        updates = []
+        for rows in rows_M:
+            update = backward(cfg, policy, prepared, rows)
+            optimizer_step(cfg, policy, optimizer, update)
+            updates.append(update)
+        metrics = step_metrics(cfg, policy, optimizer, groups, prepared.batch, updates)
+    train_s = seconds[metrics_names.TIME_TRAIN]
+    return {**metrics, **prepared.metrics, **timing(groups, train_s)}
 
 
 def step_metrics(
@@ -173,9 +189,8 @@ def step_metrics(
     # How far the updates moved the policy on its own data (tinker's post-KL): on-policy with
     # one update the sampler-train KL is ~1e-13, this one is what a too-high lr blows up.
     if cfg.compute_post_kl:
-        post_started = time.perf_counter()
-        metrics.update(post_update_kl(policy, batch, cfg))
-        metrics[metrics_names.TIME_POST_KL] = time.perf_counter() - post_started
+        with timed(metrics, metrics_names.TIME_POST_KL):
+            metrics.update(post_update_kl(policy, batch, cfg))
     return metrics
 
 
@@ -223,27 +238,24 @@ def timing(groups: Groups, train_s: float) -> dict[str, float]:
 def backward(
     cfg: DictConfig, policy: Policy, prepared: Prepared, rows: torch.Tensor, scale: float = 1.0
 ) -> dict[str, float]:
-    """Forward and backward on the given rollouts (a minibatch), in micro-batches of at most
-    cfg.learner_batch_tokens tokens; gradients accumulate until the step.
+    """Forward and backward on the given rollouts (a minibatch), in the policy's micro-batches
+    (at most learner_batch_tokens tokens each); gradients accumulate until the step.
 
     Each piece's loss is normalised by the whole minibatch's sequences and tokens, so the
     pieces' gradients sum to the minibatch's. `scale` divides a minibatch's loss when several
     make up one optimizer step (streaming). A non-finite loss is reported, not backpropagated.
     """
-    started = time.perf_counter()
-    rows = rows.to(policy.device)
-    mask_NT = prepared.mask_NT[rows]
-    num_sequences, num_tokens = len(rows), mask_NT.sum()
-    loss_fn = get_loss(cfg.loss.name)
-    losses, logp, entropy = [], [], []
-    with policy.learner() as model:
-        for piece in pieces(prepared.batch, rows, learner_tokens(cfg, policy.model.config)):
-            part = prepared.batch.select(piece)
-            logp_NT, entropy_NT = token_logprobs(model, part, cfg.temperature, with_entropy=True)
-            require_finite("learner logprob", logp_NT[part.mask_NT.bool()])
+    seconds: dict[str, float] = {}
+    with timed(seconds, metrics_names.TIME_FORWARD_BACKWARD):
+        batch, rows = prepared.batch, rows.to(policy.device)
+        num_sequences, num_tokens = len(rows), prepared.mask_NT[rows].sum()
+        loss_fn = get_loss(cfg.loss.name)
+        losses, logp, entropy = [], [], []
+        for piece, logp_NT, entropy_NT in policy.learner_pieces(batch, rows, cfg.temperature):
+            require_finite("learner logprob", logp_NT[batch.mask_NT[piece].bool()])
             inputs = LossInputs(
                 logp_NT,
-                part.sampler_logp_NT,
+                batch.sampler_logp_NT[piece],
                 prepared.advantages_NT[piece],
                 prepared.mask_NT[piece],
                 cfg.max_tokens,
@@ -256,43 +268,19 @@ def backward(
             losses.append(loss.detach())
             logp.append(logp_NT.detach())
             entropy.append(entropy_NT)
-    logp_NT, minibatch = torch.cat(logp), prepared.batch.select(rows)
-    # Sampler-vs-learner KL on this minibatch, before its own update took effect.
-    kl_v1, kl_v2 = rl_math.kl_sample_train(minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT)
-    return {
-        metrics_names.LOSS: sum(losses).item(),
-        metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
-        metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
-        metrics_names.ENTROPY: rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item(),
-        metrics_names.TIME_FORWARD_BACKWARD: time.perf_counter() - started,
-    }
-
-
-def learner_tokens(cfg: DictConfig, shape) -> int:
-    """cfg.learner_batch_tokens, with auto sized from the model's shape (its transformers
-    config) and dtype."""
-    return micro_batches.token_budget(
-        cfg.learner_batch_tokens,
-        layers=shape.num_hidden_layers,
-        hidden=shape.hidden_size,
-        mlp=getattr(shape, "intermediate_size", None) or 4 * shape.hidden_size,
-        bytes_per_value=getattr(torch, cfg.model.dtype).itemsize,
-        checkpointed=cfg.gradient_checkpointing,
-    )
-
-
-def pieces(batch: TokenBatch, rows: torch.Tensor, budget: int) -> list[torch.Tensor]:
-    """The learner's micro-batches of these rollouts (trainer/model/micro_batches.py)."""
-    prompt_tokens_D = batch.prompt_mask_DS.sum(-1)
-    width = batch.completion_ids_NT.shape[1]
-    return micro_batches.split_rows(rows, batch.prompt_of_N, prompt_tokens_D, width, budget)
-
-
-def logprobs_in_pieces(model: torch.nn.Module, batch: TokenBatch, cfg: DictConfig) -> torch.Tensor:
-    """Every rollout's token log-probs, no gradient, one micro-batch at a time."""
-    rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
-    parts = pieces(batch, rows, learner_tokens(cfg, model.config))
-    return torch.cat([token_logprobs(model, batch.select(p), cfg.temperature)[0] for p in parts])
+        logp_NT, minibatch = torch.cat(logp), batch.select(rows)
+        # Sampler-vs-learner KL on this minibatch, before its own update took effect.
+        kl_v1, kl_v2 = rl_math.kl_sample_train(
+            minibatch.sampler_logp_NT, logp_NT, minibatch.mask_NT
+        )
+        entropy_mean = rl_math.masked_mean(torch.cat(entropy), minibatch.mask_NT).item()
+        update = {
+            metrics_names.LOSS: sum(losses).item(),
+            metrics_names.KL_SAMPLE_TRAIN_V1: kl_v1,
+            metrics_names.KL_SAMPLE_TRAIN_V2: kl_v2,
+            metrics_names.ENTROPY: entropy_mean,
+        }
+    return {**update, **seconds}
 
 
 def optimizer_step(
@@ -301,26 +289,26 @@ def optimizer_step(
     """Clip and apply the gradients the updates' backward passes accumulated, and record the
     step in them: the gradient norm in each, the step's time in the first. Returns the norm.
     Nothing moves when a loss or the gradient is not finite: NaN never reaches the weights."""
-    started = time.perf_counter()
-    grad_norm = math.nan
-    if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), max_norm).item()
-    if math.isfinite(grad_norm):
-        optimizer.step()
-        policy.weights_changed()
-    optimizer.zero_grad(set_to_none=True)
-    for update in updates:
-        update[metrics_names.GRAD_NORM] = grad_norm
-    updates[0][metrics_names.TIME_OPTIMIZER] = time.perf_counter() - started
+    with timed(updates[0], metrics_names.TIME_OPTIMIZER):
+        grad_norm = math.nan
+        if all(math.isfinite(u[metrics_names.LOSS]) for u in updates):
+            max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+            parameters = policy.trainable_parameters()
+            grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm).item()
+        if math.isfinite(grad_norm):
+            optimizer.step()
+            policy.weights_changed()
+        optimizer.zero_grad(set_to_none=True)
+        for update in updates:
+            update[metrics_names.GRAD_NORM] = grad_norm
     return grad_norm
 
 
 @torch.inference_mode()  # as the sampler runs; only two floats leave it
 def post_update_kl(policy: Policy, batch: TokenBatch, cfg: DictConfig) -> dict[str, float]:
     """kl_pre_post_v1/v2: the sampler's log-probs vs the learner's after the step's updates."""
-    with policy.inference() as model:  # as the next sampling will see it: merged, no dropout
-        post_logp_NT = logprobs_in_pieces(model, batch, cfg)
+    # As the next sampling will see the policy: merged, no dropout.
+    post_logp_NT = policy.logprobs(batch, cfg.temperature, "inference")
     v1, v2 = rl_math.kl_sample_train(batch.sampler_logp_NT, post_logp_NT, batch.mask_NT)
     return {metrics_names.KL_PRE_POST_V1: v1, metrics_names.KL_PRE_POST_V2: v2}
 

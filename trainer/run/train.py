@@ -27,7 +27,7 @@ from trainer.env.tasks import Task, make_task
 from trainer.rl import rl_math
 from trainer.rl.health import HealthMonitor, default_rules
 from trainer.rl.pipelines import make_pipeline
-from trainer.rl.step import NonFiniteError, learner_tokens
+from trainer.rl.step import NonFiniteError
 from trainer.run.checkpoint import resume, save_checkpoint, save_final
 from trainer.run.lr import make_scheduler, resolve_lr
 from trainer.run.validation import validate
@@ -110,7 +110,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         cfg.max_steps,
         lr,
         cfg.batch_size * cfg.group_size,
-        learner_tokens(cfg, policy.model.config),
+        policy.learner_batch_tokens,
     )
     metrics: dict[str, float] = {}
     last_eval, per_problem = baseline, {}

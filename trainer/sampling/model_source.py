@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from trainer.model import micro_batches
 from trainer.model.policy import Policy, enable_checkpointing
 from trainer.sampling.tiny_model import build_tiny_model
 
@@ -45,7 +46,15 @@ def load_policy(cfg: DictConfig) -> Policy:
         model = get_peft_model(model, lora)
     elif cfg.kl_penalty_coef > 0:
         frozen_reference = copy.deepcopy(model).eval().requires_grad_(False)
-    return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora)
+    learner_batch_tokens = micro_batches.model_token_budget(
+        cfg.learner_batch_tokens,
+        model.config,
+        getattr(torch, cfg.model.dtype),
+        cfg.gradient_checkpointing,
+    )
+    return Policy(
+        model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora, learner_batch_tokens
+    )
 
 
 def lora_config(cfg: DictConfig) -> LoraConfig | None:
