@@ -120,8 +120,13 @@ def check_tracking_uri(uri: str | None = None) -> str:
     return uri
 
 
-@functools.cache
 def tracking_client(uri: str | None = None) -> MlflowClient:
+    """The client of `uri`, else of the tracking URI in effect now (one client per URI)."""
+    return _client(uri or mlflow.get_tracking_uri())
+
+
+@functools.cache  # keyed by the URI itself: one resolved at the call, never a stale default
+def _client(uri: str) -> MlflowClient:
     """A client whose store exists, and which outlasts a database restart.
 
     A database store (SQLite, PostgreSQL, MySQL) is created and migrated by MLflow on first
@@ -130,7 +135,6 @@ def tracking_client(uri: str | None = None) -> MlflowClient:
     call is retried while the database is unreachable (trainer/run/database.py). An HTTP tracking
     server is left to MLflow's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
     """
-    uri = uri or mlflow.get_tracking_uri()
     if not _is_database(uri):
         return MlflowClient(uri)
     return _database_client(uri, window_s=None)
