@@ -188,9 +188,8 @@ def close_runs_left_running(study: optuna.Study) -> None:
     left = runs.running_trial_runs(study.study_name)  # read first: a run reopened later is live
     if not left:
         return
-    trials = oa.storage_of(study).get_all_trials(study._study_id, deepcopy=False)
     live_numbers, live_runs, recorded = set(), set(), {}
-    for trial in sorted(trials, key=lambda t: t.number):
+    for trial in study.get_trials(deepcopy=False):  # in number order
         if trial.state in (TrialState.RUNNING, TrialState.WAITING):
             live_numbers.add(trial.number)
             live_runs |= _runs_named(trial)
