@@ -1,7 +1,7 @@
 """Where a trial's eval curve is heading: a predicted final objective with an interval.
 
 Pure (numpy only): the sweep's job asks it at every eval step when
-`hydra.sweeper.pruner=forecast` (sweeper/sweep/job.py) and bench/bench_forecast.py replays it
+`hydra.sweeper.pruner=forecast` (sweeper/sweep/forecaster.py) and bench/bench_forecast.py replays it
 on recorded curves. Two parametric models, each fitted by weighted least squares on the curve
 so far (weights 1/stderr^2):
 

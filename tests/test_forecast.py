@@ -20,7 +20,8 @@ from analysis.plot_style import FORECAST_GID
 from analysis.plots import reward_curves
 from analysis.records import StudyAttr, TrialAttr
 from sweeper.plan.breaches import breached
-from sweeper.sweep.job import Forecaster, TrialPruned, TrialReporter, seed_curve
+from sweeper.sweep.forecaster import Forecaster, seed_curve
+from sweeper.sweep.job import TrialPruned, TrialReporter
 from trainer.base.metrics import EVAL_REWARD, stderr_of
 from trainer.rl.health import FORECAST, HealthMonitor, default_rules, is_unsafe
 
@@ -209,7 +210,7 @@ def test_no_incumbent_is_said_once_per_trial(caplog):
     once at INFO, however many evals it makes."""
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
-    caplog.set_level(logging.INFO, logger="sweeper.sweep.job")
+    caplog.set_level(logging.INFO, logger="sweeper.sweep.forecaster")
     for _ in range(2):  # two trials, each forecasting at steps 10, 20, 30
         forecaster = Forecaster(study.ask(), final_step=50, level=0.75, maximize=True)
         for step, value in ((0, 0.3), (10, 0.0), (20, 0.0), (30, 0.0)):

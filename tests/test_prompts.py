@@ -9,10 +9,10 @@ from transformers import AutoTokenizer
 
 from trainer.base import metrics
 from trainer.base.errors import ConfigError
-from trainer.env.prompts import PromptRenderer
+from trainer.env.prompts import PromptRenderer, baseline_advice
 from trainer.env.tasks import make_task
 from trainer.rl.step import prepare, sample_groups
-from trainer.run.train import baseline_advice, train
+from trainer.run.train import train
 from trainer.sampling.factory import make_sampler
 from trainer.sampling.model_source import load_policy
 from trainer.sampling.protocol import SamplingSettings

@@ -11,6 +11,7 @@ from analysis.verdict import Config, Seed, verdict
 from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
+from sweeper.sweep.flights import InFlight, Phase, seeds_of
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
@@ -229,3 +230,20 @@ def test_a_sweep_that_learned_nothing_says_so_first():
     assert "lr (the largest tried here is 0.001) may be far below" in v.lines[0]
     moved = [_config("t0", (0.50, 0.51, 0.49), baseline=0.398)]
     assert not verdict(moved, True).lines[0].startswith("No configuration moved")
+
+
+def test_a_configuration_looks_once_every_seed_it_will_start_has_ended():
+    """flights.py's phases: training waits for every seed; broken, only for those started."""
+    flight = InFlight(trial=None, seeds=[0, 1, 2], config_run_id=None)
+    flight.started, flight.ended = 2, {0: None, 1: None}
+    assert not flight.seeds_ended  # seed 2 is still to start
+    flight.phase = Phase.BROKEN  # seed 1 broke: seed 2 never starts
+    assert flight.seeds_ended
+    flight.started = 3  # seed 2 had started before the break: it has to end first
+    assert not flight.seeds_ended
+    flight.ended[2] = None
+    assert flight.seeds_ended
+
+
+def test_the_seeds_of_a_configuration_follow_the_config_seed():
+    assert seeds_of(7, 3) == [7, 8, 9]

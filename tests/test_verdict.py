@@ -118,7 +118,7 @@ def _seed_record(seed: int, state: str, value=None, reason="", baseline=0.2, ste
 
 def test_a_configurations_outcome_combines_its_seeds():
     from analysis.records import State
-    from sweeper.sweep.outcome import combine
+    from sweeper.sweep.tell import combine
 
     both = combine(
         [_seed_record(0, State.COMPLETE, 0.4), _seed_record(1, State.COMPLETE, 0.6, baseline=0.3)],

@@ -1,13 +1,23 @@
-"""A configuration in flight and its jobs: which seeds started and ended, and the Hydra
-overrides each seed's job runs with.
+"""A configuration in flight and its jobs: which seeds started and ended, where its race
+stands, and the Hydra overrides each seed's job runs with.
 
-Pure: the loop (sweeper/sweep/loop.py) keeps the flights and launches the jobs; this only says
-what they are.
+A configuration taken from the plan moves through these phases (the loop,
+sweeper/sweep/loop.py, makes the moves; this says what they are):
+
+    TRAINING --a seed fails or is pruned--> BROKEN --its started seeds end--> told
+    TRAINING --every started seed ended--> a look (racing.py with seeds=auto, else STOP):
+        SEED -> TRAINING (one more seed)    HOLD -> HOLDING    STOP -> told
+    HOLDING --another configuration told, or a poll--> a look, as above
+
+Told: its trial gets the configuration's outcome (tell.py) and it leaves the flight.
+
+Pure: the loop keeps the flights and launches the jobs; this only says what they are.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from hydra.core.utils import JobReturn
@@ -29,21 +39,32 @@ class Job:
     overrides: list[str]
 
 
+class Phase(Enum):
+    TRAINING = "training"  # seeds queued or running
+    BROKEN = "broken"  # a seed broke: no more seeds start; told once the started ones end
+    HOLDING = "holding"  # seeds=auto: every seed ended; it leads and waits for those to come
+
+
+def seeds_of(base_seed: int, count: int) -> list[int]:
+    """The seeds a configuration runs with: the config's seed, then the next ones."""
+    return [base_seed + i for i in range(count)]
+
+
 @dataclass
 class InFlight:
-    """A configuration being trained: which of its seeds started and ended."""
+    """A configuration being trained: which of its seeds started and ended, and its phase."""
 
     trial: Trial
     seeds: list[int]
     config_run_id: str | None  # its MLflow run when it has several seeds
     started: int = 0
     ended: dict[int, JobReturn | None] = field(default_factory=dict)  # None: carried over
-    stop: bool = False  # a seed broke: start no more seeds of it
-    hold: bool = False  # seeds=auto: it leads, and waits for the configurations still to come
+    phase: Phase = Phase.TRAINING
 
     @property
-    def done(self) -> bool:
-        all_started = self.stop or self.started == len(self.seeds)
+    def seeds_ended(self) -> bool:
+        """Every seed it will start has ended: time to look (or, broken, to be told)."""
+        all_started = self.phase is Phase.BROKEN or self.started == len(self.seeds)
         return all_started and len(self.ended) == self.started
 
 

@@ -24,13 +24,13 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
-from analysis import forecast, records
-from analysis.load import history
+from analysis import records
 from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
 from sweeper import optuna_adapter as oa
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.study.storage import open_storage
+from sweeper.sweep.forecaster import Forecaster
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
 from trainer.base.errors import RankLost, fail_reason
@@ -172,92 +172,6 @@ class TrialReporter:
             self.run.log_metrics(step, {records.WARNING_METRIC_PREFIX + breach.rule: 1.0})
 
 
-class Forecaster:
-    """pruner=forecast: at each eval step, the configuration's final objective forecast from
-    its curve so far (analysis/forecast.py), logged, and a stop once its optimistic bound
-    cannot reach the best completed configuration's pessimistic value.
-
-    A configuration's seeds are pooled: each seed forecasts the configuration's curve, at each
-    eval step up to its own the mean over the seeds that reached that step (the other seeds'
-    evals read from their MLflow runs, found through their replicate records). So a seed that
-    alone could not win is kept while its configuration's mean can, and a stop is the
-    configuration's, whichever seed says it."""
-
-    def __init__(
-        self, trial: optuna.Trial, final_step: int, level: float, maximize: bool, seed: int = 0
-    ):
-        self.trial = trial
-        self.final_step = final_step
-        self.level = level
-        self.sign = 1.0 if maximize else -1.0  # forecasts read higher-is-better
-        self.seed = seed
-        self.objective = trial.study.user_attrs[StudyAttr.OBJECTIVE]
-        self.curve: dict[int, tuple[float, float | None]] = {}  # this seed's {step: (value, se)}
-        self.said_no_incumbent = False  # said once per trial's job, not per eval
-
-    def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
-        self.curve[step] = (value, stderr)
-        if step >= self.final_step:
-            return None
-        curves = [self.curve, *self.other_seeds(run.client)]
-        steps, values, stderrs = forecast.pooled_curve(curves, up_to=step)
-        signed = [self.sign * v for v in values]
-        fc = forecast.forecast(steps, signed, stderrs, self.final_step, self.level)
-        if fc is None:
-            return None
-        run.log_metrics(
-            step,
-            {
-                records.FORECAST_MEAN: self.sign * fc.mean,
-                records.FORECAST_HIGH: self.sign * fc.high,
-            },
-        )
-        best = incumbent(self.trial.study)
-        if best is None:
-            if not self.said_no_incumbent:
-                log.info("t%s: no incumbent yet: nothing is pruned by forecast", self.trial.number)
-                self.said_no_incumbent = True
-            return None
-        number, best_value, best_stderr = best
-        low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
-        if not forecast.cannot_win(fc, low):
-            return None
-        text = f"{self.objective} {_signed(fc, self.sign)} < best {best_value:.3g} (t{number})"
-        return Breach("forecast", "", self.sign * fc.mean, best_value, step, FORECAST, "",
-                      Action.prune.value, text)  # fmt: skip
-
-    def other_seeds(self, client: Any) -> list[dict[int, tuple[float, float | None]]]:
-        """The configuration's other seeds' eval curves so far, from their MLflow runs."""
-        trial = oa.fresh(self.trial.study, oa.trial_id(self.trial))
-        runs = [r.run_id for r in records.replicates(trial) if r.seed != self.seed and r.run_id]
-        return [seed_curve(client, run_id, self.objective) for run_id in runs]
-
-
-def seed_curve(client: Any, run_id: str, objective: str) -> dict[int, tuple[float, float | None]]:
-    """One seed's run as {eval step: (objective, its stderr)}."""
-    errors = dict(history(client, run_id, stderr_of(objective)))
-    return {
-        step: (value, errors.get(step))
-        for step, value in history(client, run_id, objective)
-        if math.isfinite(value)
-    }
-
-
-def _signed(fc: forecast.Forecast, sign: float) -> str:
-    return str(replace(fc, mean=sign * fc.mean, high=sign * fc.high))
-
-
-def incumbent(study: optuna.Study) -> tuple[int, float, float | None] | None:
-    """The best completed trial: its number, value and standard error (pooled over seeds)."""
-    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if not done:
-        return None
-    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    best = max(done, key=lambda t: t.value if maximize else -t.value)
-    stderr = forecast.pooled_stderr([r.stderr for r in records.replicates(best)])
-    return best.number, best.value, stderr
-
-
 def run(cfg: DictConfig) -> float:
     """Hydra's task function: a sweep trial's run when bound to one, else a single run."""
     if cfg.trial.id is None:
@@ -346,7 +260,7 @@ def run_trial(cfg: DictConfig) -> float:
         if not isinstance(error, DatabaseUnreachable | RankLost | TakenOver):
             if result is not None:  # what the backend loaded, had it not said so already
                 reporter.resumed(result.resumed_from_step)
-            replicate = outcome(reporter.record or started, reporter, result, error)
+            replicate = ended_replicate(reporter.record or started, reporter, result, error)
             trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)
             close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
@@ -372,13 +286,13 @@ def _resumed_from(cfg: DictConfig) -> int | None:
     return resumable_step(cfg.output_dir) if cfg.resume else None
 
 
-def outcome(
+def ended_replicate(
     started: Replicate,
     reporter: TrialReporter,
     result: Any,
     error: BaseException | None,
 ) -> Replicate:
-    """This seed's record, whatever the ending."""
+    """This seed's record (a `Replicate`) as it ended: completed, pruned or failed."""
     objective = reporter.objective
     per_problem = None
     if result is not None:

@@ -11,6 +11,10 @@ takes the next job at once, so no slot waits for a batch-mate (hydra#1954). Inte
 trials (kill -9, Ctrl-C, SIGTERM) are failed and their points queued again for any worker;
 with `save_every` set, the point resumes from its last checkpoint.
 
+Each configuration in flight moves through explicit phases (training, broken, holding, told:
+the diagram is in flights.py); `_take_configuration`, `_job_ended`, `_look` and `_look_again`
+make the moves, and nothing else changes a phase.
+
 The loop's parts live beside it: start.py opens the study, flights.py says what each job runs,
 tell.py records a configuration's outcome (or queues its point again), tuned.py writes the
 tuned file.
@@ -46,8 +50,7 @@ from sweeper.study import slots
 from sweeper.study.storage import Heartbeat
 from sweeper.sweep import racing, terminator
 from sweeper.sweep.devices import DevicePool
-from sweeper.sweep.flights import InFlight, Job, quote, seed_job
-from sweeper.sweep.outcome import seeds_of
+from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
 from sweeper.sweep.start import start_sweep
 from sweeper.sweep.tell import (
@@ -196,18 +199,24 @@ class SweepRunner:
             )
 
     def _next_job(self, study: optuna.Study, pending: deque[Job]) -> Job | None:
-        """A seed still to run of a configuration in flight, else a new configuration."""
-        while pending:
-            job = pending.popleft()
-            flight = self.in_flight.get(job.trial.number)  # gone: a seed broke, it was told
-            if flight is not None and not flight.stop:
-                flight.started += 1
-                return job
+        """A seed still to run of a configuration in flight, else one of a new configuration."""
+        while True:
+            while pending:
+                job = pending.popleft()
+                flight = self.in_flight.get(job.trial.number)  # gone: it was told
+                if flight is not None and flight.phase is Phase.TRAINING:
+                    flight.started += 1
+                    return job
+            if not self._take_configuration(study, pending):
+                return None
+
+    def _take_configuration(self, study: optuna.Study, pending: deque[Job]) -> bool:
+        """The plan's next slot into flight, its seeds' jobs queued. False: none to take."""
         if self.s.terminator and study.user_attrs.get(StudyAttr.STOPPED):
-            return None  # nothing more to gain (any worker may have found it): take no slot
+            return False  # nothing more to gain (any worker may have found it): take no slot
         trial = slots.take(study, self.s.storage, self.space.distributions)
         if trial is None:
-            return None
+            return False
         trial.set_user_attr(TrialAttr.OVERRIDES, self.space.overrides(trial.params))
         seeds = seeds_of(self.config.seed, self.s.seeds)
         # Seeds an interrupted run of this configuration completed are kept, not run again.
@@ -223,9 +232,9 @@ class SweepRunner:
         self.heartbeat.beat([oa.trial_id(trial)])  # at once: a trial never beaten is never stale
         say(f"[sweep {self.name}] t{trial.number} {show(trial.params)} started")
         pending.extend(self._job(flight, s) for s in seeds if s not in carried)
-        if flight.done:  # every seed carried over: the race goes on from there
-            self._seeds_ended(study, flight, pending)
-        return self._next_job(study, pending)
+        if flight.seeds_ended:  # every seed carried over: the race goes on from there
+            self._settle(study, flight, pending)
+        return True
 
     def _job(self, flight: InFlight, seed: int) -> Job:
         return seed_job(
@@ -250,33 +259,41 @@ class SweepRunner:
         flight = self.in_flight[job.trial.number]
         flight.ended[job.seed] = ret
         if oa.job_error(ret) is not None:  # a seed broke: the configuration's verdict is in
-            flight.stop = True
-        if flight.done:
-            self._seeds_ended(study, flight, pending)
+            flight.phase = Phase.BROKEN
+        if flight.seeds_ended:
+            self._settle(study, flight, pending)
 
-    def _seeds_ended(self, study: optuna.Study, flight: InFlight, pending: deque) -> None:
-        """Every started seed ended: with seeds=auto one more seed, a hold, or the end of its
-        race (sweeper/sweep/racing.py); then the study is told."""
+    def _settle(self, study: optuna.Study, flight: InFlight, pending: deque) -> None:
+        """`flight`'s started seeds have all ended: its look, and if that told its trial, the
+        held leaders' looks (a tell can end another's hold)."""
+        if self._look(study, flight, pending):
+            self._look_again(study, pending)
+
+    def _look(self, study: optuna.Study, flight: InFlight, pending: deque) -> bool:
+        """The next phase of a configuration none of whose seeds runs (flights.py): one more
+        seed, a hold, or told. True: told, and out of flight."""
         step = None
-        if self.s.race and not flight.stop:
+        if self.s.race and flight.phase is not Phase.BROKEN:
             trials = study.get_trials(deepcopy=False)
             me = oa.fresh(study, oa.trial_id(flight.trial))
             grid = self.search_sampler.is_grid
             step = racing.look(
                 trials, me, self.s.max_seeds, self.s.maximize, grid, self.s.min_difference
             )
-            flight.hold = step.action == racing.HOLD
             if step.action == racing.SEED:
+                flight.phase = Phase.TRAINING
                 flight.seeds.append(max(flight.seeds) + 1)
                 pending.appendleft(self._job(flight, flight.seeds[-1]))  # before new configs
-            if step.action != racing.STOP:
-                return
+                return False
+            if step.action == racing.HOLD:
+                flight.phase = Phase.HOLDING
+                return False
         del self.in_flight[flight.trial.number]
         tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
         say(progress_line(study, self.search_sampler.planned, self.s.maximize))
         self._stop_if_nothing_to_gain(study)
         self.tuned.update(study)
-        self._look_again(study, pending)
+        return True
 
     def _stop_if_nothing_to_gain(self, study: optuna.Study) -> None:
         """terminator=true: once the best cannot plausibly be beaten by more than its noise,
@@ -300,10 +317,11 @@ class SweepRunner:
         say(f"[sweep {self.name}] {reason}")
 
     def _look_again(self, study: optuna.Study, pending: deque) -> None:
-        """A leader held for the configurations still to come looks again."""
-        for flight in [f for f in self.in_flight.values() if f.hold]:
-            if flight.trial.number in self.in_flight:
-                self._seeds_ended(study, flight, pending)
+        """Held leaders look again, from the first, after each one told, until none is."""
+        while True:
+            held = [f for f in self.in_flight.values() if f.phase is Phase.HOLDING]
+            if not any(self._look(study, f, pending) for f in held):  # stops at the first told
+                return
 
     def _interrupted(self, study: optuna.Study, signal_: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM: stop the runs, fail them (queued again), close every MLflow run."""

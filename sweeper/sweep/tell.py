@@ -1,6 +1,10 @@
 """What the study and MLflow are told when a configuration leaves this worker: its outcome
 (from what its seeds recorded), or, when it was interrupted or lost, its point queued again.
 
+A configuration is as healthy as its worst seed: one seed pruned (it broke) prunes the
+configuration; one failed fails it; otherwise its objective is the mean over its seeds, which
+is what TPE learns from (`combine`, pure).
+
 The loop (sweeper/sweep/loop.py) decides when; these say what is recorded.
 """
 
@@ -8,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import mean
+from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -23,14 +30,48 @@ from sweeper.results.display import say
 from sweeper.study import recovery, slots
 from sweeper.study.storage import exclusive
 from sweeper.sweep.flights import InFlight
-from sweeper.sweep.outcome import combine
 from trainer.base.errors import fail_reason
+from trainer.base.metrics import is_finite_number
 from trainer.rl.health import is_unsafe
 from trainer.run.database import calm_for
 
 log = logging.getLogger(__name__)
 
 STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
+
+
+@dataclass(frozen=True)
+class ConfigOutcome:
+    state: str  # State.*
+    value: float | None  # mean objective over the seeds (COMPLETE only)
+    reason: str  # why it was pruned or failed ('' otherwise)
+    breach: dict[str, Any] | None  # the health rule that pruned it
+    steps_run: int  # training steps, all seeds together
+    baseline: float | None  # mean eval reward at step 0
+
+
+def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
+    """The configuration's outcome from the seeds that ran (missing seeds never started)."""
+    steps = sum(r.steps_run for r in replicates)
+    baselines = [r.baseline for r in replicates if is_finite_number(r.baseline)]
+    baseline = mean(baselines) if baselines else None
+    pruned = [r for r in replicates if r.state == State.PRUNED]
+    failed = [r for r in replicates if r.state == State.FAIL]
+    if pruned:
+        first = min(pruned, key=lambda r: r.seed)
+        reason = first.reason if expected == 1 else f"seed {first.seed}: {first.reason}"
+        return ConfigOutcome(State.PRUNED, None, reason, first.breach, steps, baseline)
+    done = [r for r in replicates if r.state == State.COMPLETE and is_finite_number(r.value)]
+    if failed or len(done) < expected:
+        first = min(failed, key=lambda r: r.seed) if failed else None
+        if first is None:
+            reason = f"{expected - len(done)} of {expected} seeds ended without an objective"
+        elif expected == 1:
+            reason = first.reason
+        else:
+            reason = f"{len(failed)} of {expected} seeds failed; seed {first.seed}: {first.reason}"
+        return ConfigOutcome(State.FAIL, None, reason, None, steps, baseline)
+    return ConfigOutcome(State.COMPLETE, mean(r.value for r in done), "", None, steps, baseline)
 
 
 def tell_if_still_ours(

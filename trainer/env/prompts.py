@@ -147,3 +147,43 @@ class PromptRenderer:
         if self.system_prompt is not None and messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         return messages
+
+
+def baseline_advice(
+    baseline: float,
+    real_model: bool,
+    template: str,
+    rewards: list[str],
+    truncated: float,
+    max_tokens: int,
+) -> str | None:
+    """The warning a baseline eval calls for, or None: at 0% with a real model, the likely
+    causes (the prompt's rendering, the reward, max_tokens); at 80%+, little left to learn.
+    template: "applied", "off" (the tokenizer has one, task.chat_template=false) or "none"."""
+    if baseline >= 0.8:
+        return f"Baseline eval reward is {baseline:.0%}: little left to learn, use harder problems"
+    if baseline > 0.0:
+        return None
+    causes = []
+    if real_model and template == "off":
+        causes.append(
+            "the chat template is off (task.chat_template=false) though the tokenizer has one: "
+            "an instruct model given a bare prompt often ends at once"
+        )
+    if real_model and template == "none":
+        causes.append(
+            "the tokenizer has no chat template: a base model needs a prompt it can continue"
+        )
+    if truncated >= 0.5:
+        causes.append(
+            f"{truncated:.0%} of the completions hit max_tokens={max_tokens} before ending: "
+            "raise max_tokens"
+        )
+    if real_model and "exact_match" in rewards:
+        causes.append(
+            "the reward exact_match wants the completion to be the answer alone, and a chat "
+            "model writes sentences: try task.rewards=[last_number] (or boxed, math_verify)"
+        )
+    if not causes:
+        causes.append("the task is likely too hard for this model")
+    return "Baseline eval reward is 0%: " + "; ".join(causes)

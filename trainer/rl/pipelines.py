@@ -35,7 +35,6 @@ from trainer.rl.step import (
     backward,
     optimizer_step,
     prepare,
-    reference_metrics,
     sample_groups,
     step_metrics,
     timing,
@@ -106,6 +105,19 @@ class StreamPipeline(SyncPipeline):
         metrics = step_metrics(cfg, self.policy, self.optimizer, batch, tokens, updates)
         train_s = time.perf_counter() - started - batch.sample_s
         return {**metrics, **reference_metrics(reference), **timing(batch, train_s)}
+
+
+def reference_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """The KL penalty's metrics of several equal minibatches prepared one at a time (stream):
+    the policy-reference KL's mean, the reference forwards' total time."""
+    parts = [m for m in parts if m]
+    if not parts:
+        return {}
+    return {
+        metrics_names.KL_POLICY_REF: sum(m[metrics_names.KL_POLICY_REF] for m in parts)
+        / len(parts),
+        metrics_names.TIME_REFERENCE: sum(m[metrics_names.TIME_REFERENCE] for m in parts),
+    }
 
 
 def split_by_age(

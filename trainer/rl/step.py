@@ -194,19 +194,6 @@ def step_metrics(
     return metrics
 
 
-def reference_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """The KL penalty's metrics of several equal minibatches prepared one at a time (stream):
-    the policy-reference KL's mean, the reference forwards' total time."""
-    parts = [m for m in parts if m]
-    if not parts:
-        return {}
-    return {
-        metrics_names.KL_POLICY_REF: sum(m[metrics_names.KL_POLICY_REF] for m in parts)
-        / len(parts),
-        metrics_names.TIME_REFERENCE: sum(m[metrics_names.TIME_REFERENCE] for m in parts),
-    }
-
-
 def group_metrics(groups: Groups) -> dict[str, float]:
     timeouts = groups.reward_timeouts
     return {

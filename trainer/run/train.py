@@ -4,8 +4,16 @@ train(): validate -> load policy and task -> baseline eval -> steps -> final eva
 Each step is the pipeline's (trainer/rl/pipelines.py: sync, stream or async), and every pipeline
 trains with the one shared step of trainer/rl/step.py.
 
-Simplifications, stated plainly: one reward per completion (no per-step rewards), one epoch
-over each batch, and the sampler's log-probs are the old policy of the importance ratio.
+Read in this order, the whole algorithm (~850 lines, no file of model/ needed): this file,
+`SyncPipeline` (trainer/rl/pipelines.py), trainer/rl/step.py, trainer/rl/rl_math.py (the
+math, pure) and trainer/rl/losses.py. Shape suffixes are in docs/glossary.md.
+
+Simplified, stated plainly: one reward per completion (no per-token rewards), one epoch over
+each batch, the sampler's log-probs are the importance ratio's old policy (not recomputed), no
+value model. Left out of this reading, the speed: micro-batches sized to memory, packed
+groups, the shared prompt cache, the chunked output layer, merged LoRA and oneDNN all sit
+behind `Policy.logprobs` / `Policy.learner_pieces` (trainer/model/), with a plain reference
+path (trainer/model/plain_logprobs.py) tested equal.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ import torch
 from omegaconf import DictConfig
 
 from trainer.base import metrics as metrics_names
-from trainer.base.progress import progress
+from trainer.base.progress import progress, shown_kl
+from trainer.env.prompts import baseline_advice
 from trainer.env.rewards import score_batch
 from trainer.env.tasks import Task, make_task
 from trainer.rl import rl_math
@@ -186,64 +195,15 @@ def evaluate(
     metrics: dict[str, float] = {
         metrics_names.EVAL_TRUNCATED: sum(not r.finished for r in rollouts) / len(rollouts)
     }
+    finished = [reward for reward, r in zip(rewards, rollouts, strict=True) if r.finished]
+    if finished:
+        metrics[metrics_names.EVAL_UNTRUNCATED] = sum(finished) / len(finished)
     for name in dict.fromkeys(name for _, parts in scored for name in parts):
         part = sum(parts[name] for _, parts in scored) / len(scored)
         metrics[metrics_names.eval_reward_part(name)] = part
     for name, values in per_problem.items():
         metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
     return metrics, per_problem
-
-
-def baseline_advice(
-    baseline: float,
-    real_model: bool,
-    template: str,
-    rewards: list[str],
-    truncated: float,
-    max_tokens: int,
-) -> str | None:
-    """The warning a baseline eval calls for, or None: at 0% with a real model, the likely
-    causes (the prompt's rendering, the reward, max_tokens); at 80%+, little left to learn.
-    template: "applied", "off" (the tokenizer has one, task.chat_template=false) or "none"."""
-    if baseline >= 0.8:
-        return f"Baseline eval reward is {baseline:.0%}: little left to learn, use harder problems"
-    if baseline > 0.0:
-        return None
-    causes = []
-    if real_model and template == "off":
-        causes.append(
-            "the chat template is off (task.chat_template=false) though the tokenizer has one: "
-            "an instruct model given a bare prompt often ends at once"
-        )
-    if real_model and template == "none":
-        causes.append(
-            "the tokenizer has no chat template: a base model needs a prompt it can continue"
-        )
-    if truncated >= 0.5:
-        causes.append(
-            f"{truncated:.0%} of the completions hit max_tokens={max_tokens} before ending: "
-            "raise max_tokens"
-        )
-    if real_model and "exact_match" in rewards:
-        causes.append(
-            "the reward exact_match wants the completion to be the answer alone, and a chat "
-            "model writes sentences: try task.rewards=[last_number] (or boxed, math_verify)"
-        )
-    if not causes:
-        causes.append("the task is likely too hard for this model")
-    return "Baseline eval reward is 0%: " + "; ".join(causes)
-
-
-def shown_kl(metrics: dict[str, float]) -> dict[str, str]:
-    """The progress bar's KL: the post-update KL the health rules read, else the sampler-vs-
-    learner KL (compute_post_kl=false), never a KL that was not measured."""
-    for name, label in (
-        (metrics_names.KL_PRE_POST_V2, "kl"),
-        (metrics_names.KL_SAMPLE_TRAIN_V2, "kl_sample"),
-    ):
-        if name in metrics:
-            return {label: f"{metrics[name]:.1e}"}
-    return {}
 
 
 def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
