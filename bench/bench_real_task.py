@@ -5,9 +5,11 @@
 Trains `task=arithmetic` (conf/task/arithmetic.yaml: "What is 7 + 12? Answer with the number
 only.", chat template on, last-number reward) on the real model of tests/real_model.py (a
 dequantized Q4_1 copy, not the released bf16 weights) from each seed, and records the
-held-out reward (sampled and greedy, with their standard errors over problems) at the
-baseline, every --eval-every steps and at the end. Per seed, the gain is final - baseline;
-over seeds, its mean with the standard error over seeds. Writes
+held-out reward (sampled and greedy, with their standard errors over problems, and the
+sampled completions' reward among those that ended before max_tokens) at the baseline, every
+--eval-every steps and at the end. Per seed, each gain is final - baseline; over seeds, its
+mean with the standard error over seeds. The untruncated gain separates what the model
+answers from learning to answer within max_tokens. Writes
 bench/results/real_task_<label>.json; bench/REAL_TASKS.md reads them.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,6 +28,13 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
+# Each gain's name -> the eval metric it is the final - baseline of (trainer/base/metrics.py).
+GAINS = {
+    "gain": "eval/reward/mean",
+    "greedy_gain": "eval/greedy/mean",
+    "untruncated_gain": "eval/untruncated_reward",
+}
+TRUNCATED = "eval/truncated"
 RUN = """
 import json, logging, sys, tempfile, time
 sys.path.insert(0, {root!r})
@@ -71,6 +81,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--parallel", action="store_true", help="all seeds at once, 1 thread each")
     parser.add_argument("--label", default="smollm2_arithmetic")
+    parser.add_argument("--note", default="", help="how the host was used, for the result")
     parser.add_argument("overrides", nargs="*", help="more trainer overrides")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -97,25 +108,25 @@ def main() -> None:
         results = {s: finish(p) for s, p in processes.items()}
     else:
         results = {s: finish(start(o, os.cpu_count() or 1)) for s, o in runs_of.items()}
-    runs, gains, greedy_gains = [], [], []
+    runs, gains = [], {name: [] for name in GAINS}
     for seed, result in results.items():
         curve = result["curve"]
         base, final = curve["0"], curve[str(args.steps)]
-        gain = final["eval/reward/mean"] - base["eval/reward/mean"]
-        greedy_gain = final["eval/greedy/mean"] - base["eval/greedy/mean"]
-        gains.append(gain)
-        greedy_gains.append(greedy_gain)
-        runs.append({"seed": seed, **result, "gain": gain, "greedy_gain": greedy_gain})
+        seed_gains = {
+            name: final[metric] - base[metric]
+            for name, metric in GAINS.items()
+            if metric in base and metric in final  # untruncated: absent when none ended
+        }
+        for name, gain in seed_gains.items():
+            gains[name].append(gain)
+        runs.append({"seed": seed, **result, **seed_gains})
         print(
-            f"seed {seed}: eval/reward/mean {base['eval/reward/mean']:.3f} "
-            f"(stderr {base['eval/reward/stderr']:.3f}) -> {final['eval/reward/mean']:.3f} "
-            f"(stderr {final['eval/reward/stderr']:.3f}); greedy {base['eval/greedy/mean']:.3f}"
-            f" -> {final['eval/greedy/mean']:.3f}; {result['wall_s']:.0f} s"
-        )
-    summary = {
-        "gain_mean_stderr": mean_and_stderr(gains),
-        "greedy_gain_mean_stderr": mean_and_stderr(greedy_gains),
-    }
+            f"seed {seed}: "
+            + "; ".join(f"{m} {base.get(m, math.nan):.3f} -> {final.get(m, math.nan):.3f}"
+                        for m in [*GAINS.values(), TRUNCATED])
+            + f"; {result['wall_s']:.0f} s"
+        )  # fmt: skip
+    summary = {f"{name}_mean_stderr": mean_and_stderr(g) for name, g in gains.items() if g}
     print(json.dumps(summary))
     RESULTS.mkdir(exist_ok=True)
     record = {
@@ -123,7 +134,7 @@ def main() -> None:
         "overrides": shape,
         "seeds": args.seeds,
         "parallel": args.parallel,
-        "machine": machine("shared with other jobs"),
+        "machine": machine(args.note),
         "wall_s": time.perf_counter() - started,
         "summary": summary,
         "runs": runs,

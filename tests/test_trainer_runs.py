@@ -36,7 +36,7 @@ def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
     train(composed(*SMALL, "max_steps=2", "kl_penalty_coef=0.05"), recorder)
     evals = {
         "eval/reward/mean", "eval/reward/stderr", "eval/greedy/mean", "eval/greedy/stderr",
-        "eval/truncated", "eval/reward/exact_match",
+        "eval/truncated", "eval/untruncated_reward", "eval/reward/exact_match",
     }  # fmt: skip
     expected = {
         "reward/mean", "reward/std", "reward/exact_match", "groups/frac_mixed",

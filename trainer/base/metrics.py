@@ -61,6 +61,9 @@ ASYNC_DISCARDED = "async/discarded"
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)
 EVAL_GREEDY = "eval/greedy/mean"  # greedy decoding on the same problems (eval_greedy)
 EVAL_TRUNCATED = "eval/truncated"  # share of sampled eval completions cut at max_tokens
+# Mean reward of the sampled eval completions that ended before max_tokens (absent when none
+# did): what the model answers, apart from learning to answer within max_tokens.
+EVAL_UNTRUNCATED = "eval/untruncated_reward"
 
 
 def stderr_of(mean_metric: str) -> str:
