@@ -76,7 +76,11 @@ def ddp_rank(cfg, reporter) -> TrainResult:
 
 
 def _note(out: str, rank: int, seen: dict) -> None:
-    (Path(out) / f"rank{rank}.json").write_text(json.dumps(seen))
+    # Written whole or not at all: a rank stopped mid-write (the SIGTERM test) left an empty file.
+    path = Path(out) / f"rank{rank}.json"
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(seen))
+    os.replace(partial, path)
 
 
 def trl_rank(cfg, reporter) -> TrainResult:
