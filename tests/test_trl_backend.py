@@ -387,7 +387,10 @@ def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
 def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_path):
     import psutil
 
-    sweep = start_sweep(tmp_path, *TWO_RANKS, "lr=1e-3", stdout=subprocess.DEVNULL,
+    # 40 steps, not 6: on a fast CPU 6 steps ended within the 5 s before the kill
+    long = [o for o in TWO_RANKS if not o.startswith(("max_steps=", "eval_every="))]
+    long += ["max_steps=40", "eval_every=0", "lr=1e-3"]
+    sweep = start_sweep(tmp_path, *long, stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("multirun/*/*/t0/*")) or len(_ranks(sweep)) < 2:
@@ -399,7 +402,7 @@ def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_pat
     _, stderr = sweep.communicate(timeout=600)
     trials = study_in(tmp_path).trials
     if not any(t.state.name == "COMPLETE" for t in trials):  # the worker stopped: run it again
-        again = run_sweep(tmp_path, *TWO_RANKS, "lr=1e-3")
+        again = run_sweep(tmp_path, *long)
         assert again.returncode == 0, again.stderr[-3000:]
         trials = study_in(tmp_path).trials
     lost = [t for t in trials if t.user_attrs.get(TrialAttr.INTERRUPTED)]
