@@ -28,13 +28,6 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
-# Each gain's name -> the eval metric it is the final - baseline of (trainer/base/metrics.py).
-GAINS = {
-    "gain": "eval/reward/mean",
-    "greedy_gain": "eval/greedy/mean",
-    "untruncated_gain": "eval/untruncated_reward",
-}
-TRUNCATED = "eval/truncated"
 RUN = """
 import json, logging, sys, tempfile, time
 sys.path.insert(0, {root!r})
@@ -88,7 +81,15 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
 
+    from trainer.base import metrics
     from trainer.rl.rl_math import mean_and_stderr
+
+    # Each gain's name -> the eval metric it is the final - baseline of.
+    gains_of = {
+        "gain": metrics.EVAL_REWARD,
+        "greedy_gain": metrics.EVAL_GREEDY,
+        "untruncated_gain": metrics.EVAL_UNTRUNCATED,
+    }
 
     shape = [
         "task=arithmetic",
@@ -108,13 +109,13 @@ def main() -> None:
         results = {s: finish(p) for s, p in processes.items()}
     else:
         results = {s: finish(start(o, os.cpu_count() or 1)) for s, o in runs_of.items()}
-    runs, gains = [], {name: [] for name in GAINS}
+    runs, gains = [], {name: [] for name in gains_of}
     for seed, result in results.items():
         curve = result["curve"]
         base, final = curve["0"], curve[str(args.steps)]
         seed_gains = {
             name: final[metric] - base[metric]
-            for name, metric in GAINS.items()
+            for name, metric in gains_of.items()
             if metric in base and metric in final  # untruncated: absent when none ended
         }
         for name, gain in seed_gains.items():
@@ -123,7 +124,7 @@ def main() -> None:
         print(
             f"seed {seed}: "
             + "; ".join(f"{m} {base.get(m, math.nan):.3f} -> {final.get(m, math.nan):.3f}"
-                        for m in [*GAINS.values(), TRUNCATED])
+                        for m in [*gains_of.values(), metrics.EVAL_TRUNCATED])
             + f"; {result['wall_s']:.0f} s"
         )  # fmt: skip
     summary = {f"{name}_mean_stderr": mean_and_stderr(g) for name, g in gains.items() if g}
