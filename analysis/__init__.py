@@ -1,11 +1,20 @@
 """Read a finished, running or killed sweep from its stores and say what happened.
 
-Modules, one job each:
-  load      Optuna storage + MLflow -> per-trial records and per-step histories
-  stores    the stores opened to outlast a restart (every call retried), for sweep and reads
-  plots     the figures (matplotlib, Agg)
-  advice    rules of thumb -> "what to try next"
-  report    terminal leaderboard and the self-contained HTML report
-  tuned     the best trial's tuned YAML (the sweeper's renderer)
-  compare   two studies side by side
+Modules, one job each (the records and stores they read are records/'s):
+  load        Optuna storage + MLflow -> per-trial records and per-step histories
+  stats       confidence intervals on plain numbers (t, paired, bounded)
+  verdict     each configuration's mean and interval; best, tied or too few seeds to tell
+  forecast    where a trial's eval curve is heading, with an interval (the forecast pruner's)
+  advice      rules of thumb -> "what to try next"
+  plots       the figures (matplotlib, Agg)
+  kl_plots    the KL figures, with the study's health rules drawn as it pruned with them
+  plot_style  what the figures share: colours, markers, legend entries
+  text        text a person reads: swept values, table cells, a trial's one-line note
+  report      terminal leaderboard and the self-contained HTML report
+  mlflow_ui   the link that opens a study's runs in the MLflow UI, and its saved view
+  tuned       the best trial's tuned YAML (`python -m analysis best`, records/tuned_file.py's)
+  compare     two studies side by side
+  sweep_job   the sweep job's config: the training schema plus the binding to its trial
+
+`__main__` is `python -m analysis {report,best,compare}`.
 """

@@ -21,10 +21,10 @@ from analysis.load import (
     quick_mlflow,
 )
 from analysis.mlflow_ui import study_link
-from analysis.records import DEFAULT_EXPERIMENT, StudyAttr
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
-from hydra_plugins.grpo_sweeper.config import DEFAULT_STORAGE
-from trainer.base.errors import first_line
+from records.defaults import DEFAULT_EXPERIMENT, DEFAULT_STORAGE
+from records.errors import first_line
+from records.sweep import StudyAttr
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +109,7 @@ def log_report(data: StudyData, out: Path) -> None:
     if not run_id or not uri:
         print("note: no MLflow parent run recorded; the report was not logged", file=sys.stderr)
         return
-    from trainer.run.tracking import MLflowRun
+    from records.tracking import MLflowRun
 
     try:
         with quick_mlflow():

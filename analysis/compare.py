@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.load import StudyData
-from analysis.records import StudyAttr
 from analysis.report import STATE_ORDER
 from analysis.text import show_cell, show_num, text_table
+from records.sweep import StudyAttr
 
 
 def compare_rows(a: StudyData, b: StudyData) -> list[tuple[str, str, str]]:

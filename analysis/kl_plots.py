@@ -1,7 +1,7 @@
 """The KL figures, with the study's health rules drawn as the sweep pruned with them.
 
 A figure's threshold line, its label and its title come from the rules the sweep stored
-(StudyAttr.HEALTH_RULES, read back through trainer.rl.health.rules_from_settings as the job
+(StudyAttr.HEALTH_RULES, read back through trainer.run.health.rules_from_settings as the job
 reads them), never from kl_threshold alone: the post-update KL rule's bound is a multiple of it
 and holds only while the training reward is not rising. A pruning rule is a dashed black line (as its prune points), a
 warning rule a dotted orange one; a rule turned off (`hydra.sweeper.health=[]`) draws nothing.
@@ -21,10 +21,10 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis import plot_style as ps
 from analysis.load import StudyData
-from analysis.records import StudyAttr
+from records.metrics import KL_MEANING
+from records.sweep import StudyAttr
 from trainer.base.config import TrainConfig
-from trainer.base.metrics import KL_MEANING
-from trainer.rl.health import Action, Check, Guard, HealthRule, rules_from_settings
+from trainer.run.health import Action, Check, Guard, HealthRule, rules_from_settings
 
 THRESHOLD_CHECKS = (Check.above, Check.below)
 RULE_STYLE = {

@@ -4,7 +4,7 @@ Reads only what a sweep saved: the Optuna storage and the MLflow tracking store.
 value the report shows has one source here, with a fallback for a study still running or
 killed (a trial's `steps_run` and `baseline_reward` are written when it ends, so for a
 running trial they come from its MLflow histories instead). Every key comes from
-analysis/records.py, the contract the sweep writes by. MLflow being absent or
+records/sweep.py, the contract the sweep writes by. MLflow being absent or
 unreachable is a note, not an error: the Optuna side alone still makes a leaderboard.
 """
 
@@ -19,18 +19,18 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records
-from analysis.records import (
-    DEFAULT_EXPERIMENT,
-    Replicate,
-    Role,
-    StudyAttr,
-    Tag,
-    TrialAttr,
+from analysis.text import trial_note
+from records.database import (
+    DatabaseUnreachable,
+    absolute_url,
+    retried,
+    scheme,
+    shown_url,
+    sqlite_path,
 )
-from analysis.stores import ResilientRDBStorage
-from trainer.base.errors import first_line
-from trainer.base.metrics import (
+from records.defaults import DEFAULT_EXPERIMENT
+from records.errors import first_line
+from records.metrics import (
     ENTROPY,
     EVAL_REWARD,
     GROUPS_ALL_BAD,
@@ -42,15 +42,19 @@ from trainer.base.metrics import (
     REWARD,
     stderr_of,
 )
-from trainer.rl.health import FORECAST
-from trainer.run.database import (
-    DatabaseUnreachable,
-    absolute_url,
-    retried,
-    scheme,
-    shown_url,
-    sqlite_path,
+from records.optuna_storage import ResilientRDBStorage
+from records.sweep import (
+    FORECAST_HIGH,
+    FORECAST_MEAN,
+    Replicate,
+    Role,
+    StudyAttr,
+    Tag,
+    TrialAttr,
+    best_trial,
+    replicates,
 )
+from trainer.run.health import FORECAST
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even
@@ -132,7 +136,7 @@ class StudyData:
     def best(self) -> TrialRecord | None:
         if self.study is None:
             return None
-        best = records.best_trial(self.study.get_trials(deepcopy=False), self.maximize)
+        best = best_trial(self.study.get_trials(deepcopy=False), self.maximize)
         return next((t for t in self.trials if best and t.number == best.number), None)
 
     @property
@@ -221,15 +225,15 @@ def _record(t: FrozenTrial) -> TrialRecord:
         state=STATE_NAMES[t.state],
         params=dict(t.params),
         value=t.value if t.state == TrialState.COMPLETE else None,
-        stderr=next((r.stderr for r in records.replicates(t) if r.stderr is not None), None),
+        stderr=next((r.stderr for r in replicates(t) if r.stderr is not None), None),
         last_eval=t.intermediate_values[steps[-1]] if steps else None,
         steps_run=attrs.get(TrialAttr.STEPS_RUN),
         final_kl=None,
         baseline=attrs.get(TrialAttr.BASELINE),
         prune_reason=attrs.get(TrialAttr.PRUNE_REASON) if t.state == TrialState.PRUNED else None,
-        note=records.trial_note(t),
+        note=trial_note(t),
         run_id=attrs.get(TrialAttr.MLFLOW_RUN_ID),
-        replicates=records.replicates(t),
+        replicates=replicates(t),
     )
 
 
@@ -249,7 +253,7 @@ def history_metrics(data: StudyData) -> list[str]:
     wanted += [m for m in watched_metrics(data.attrs) if m in KL_MEANING]
     wanted += [ENTROPY, *GROUP_METRICS]
     if data.attrs.get(StudyAttr.PRUNER) == FORECAST:  # drawn on the eval curves
-        wanted += [records.FORECAST_MEAN, records.FORECAST_HIGH]
+        wanted += [FORECAST_MEAN, FORECAST_HIGH]
     return list(dict.fromkeys(wanted))
 
 
@@ -306,7 +310,7 @@ def mlflow_client(uri: str) -> Any:
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    from trainer.run.tracking import ResilientMlflowClient
+    from records.tracking import ResilientMlflowClient
 
     if scheme(uri) not in DATABASE_SCHEMES:  # a server: MLflow's own retries (quick_mlflow)
         return MlflowClient(uri)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
-from analysis.records import ConfigMetric, Role, StudyAttr, Tag
+from records.sweep import ConfigMetric, Role, StudyAttr, Tag
 
 MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
@@ -62,7 +62,7 @@ def _is_server(tracking_uri: str) -> bool:
 
 def _shown(uri: str) -> str:
     """A database URL with any password masked (the user types their own)."""
-    from trainer.run.database import shown_url
+    from records.database import shown_url
 
     return shown_url(uri) if "://" in uri and not uri.startswith("file:") else uri
 
@@ -103,7 +103,7 @@ def view_state(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 def save_view(client: Any, experiment_id: str, study: str, attrs: Mapping[str, Any]) -> str:
     """Write (or refresh) the study's saved view on its experiment; its key."""
-    from trainer.run.tracking import tag_experiment
+    from records.tracking import tag_experiment
 
     key = view_key(study)
     tag = VIEW_TAG_PREFIX + key

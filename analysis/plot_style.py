@@ -9,7 +9,7 @@ matplotlib.use("Agg")  # no display needed
 from matplotlib.patches import Patch  # noqa: E402
 
 from analysis.load import TrialRecord  # noqa: E402
-from analysis.records import FORECAST_MEAN  # noqa: E402
+from records.sweep import FORECAST_MEAN  # noqa: E402
 
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
 BEST_COLOR = "tab:red"

@@ -24,13 +24,13 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from analysis import plot_style as ps  # noqa: E402
 from analysis.kl_plots import kl_curves, pareto_front, reward_vs_kl  # noqa: E402
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
-from analysis.records import (  # noqa: E402
+from analysis.verdict import study_verdict  # noqa: E402
+from records.metrics import LR, stderr_of  # noqa: E402
+from records.sweep import (  # noqa: E402
     FORECAST_HIGH,
     FORECAST_MEAN,
     StudyAttr,  # noqa: E402
 )
-from analysis.verdict import study_verdict  # noqa: E402
-from trainer.base.metrics import LR, stderr_of  # noqa: E402
 
 __all__ = ["FIGURES", "draw_all", "pareto_front"]  # pareto_front: tested on its own
 

@@ -16,10 +16,10 @@ from typing import Any
 from analysis.advice import Advice, advise, below_baseline
 from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
-from analysis.records import StudyAttr
 from analysis.text import show_cell, show_num, text_table
 from analysis.verdict import INTERVAL_HEADER, interval_cells, study_verdict
-from trainer.base.metrics import is_finite_number
+from records.metrics import is_finite_number
+from records.sweep import StudyAttr
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
 

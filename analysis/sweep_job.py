@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from records.sweep import BINDING_KEY
 from trainer.base.config import TrainConfig, register_configs
-
-BINDING_KEY = "trial"  # the node the sweeper fills in; never a hyperparameter
 
 
 @dataclass

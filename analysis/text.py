@@ -1,12 +1,16 @@
 """Text a person reads, for the sweeper's lines and the analysis report alike: swept values,
-table cells and aligned tables."""
+table cells, aligned tables, and a trial's one-line note (why it was pruned, failed or queued
+again, and its warnings)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainer.base.metrics import is_finite_number
+from optuna.trial import FrozenTrial, TrialState
+
+from records.metrics import is_finite_number
+from records.sweep import TrialAttr, replicates
 
 
 def show_value(value: Any) -> str:
@@ -45,3 +49,40 @@ def text_table(rows: Sequence[Sequence[str]]) -> str:
         cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
         lines.append("  ".join([*cells, row[-1]]).rstrip())
     return "\n".join(lines)
+
+
+def breach_text(reason: Mapping[str, Any]) -> str:
+    """A stored prune reason as the one line people read (trainer.run.health.Breach's text)."""
+    from trainer.run.health import Breach
+
+    try:
+        return str(Breach.from_dict(reason))
+    except (KeyError, TypeError, ValueError):  # a record written by an older version
+        return ", ".join(f"{k}={v}" for k, v in reason.items())
+
+
+def trial_note(trial: FrozenTrial) -> str:
+    """The one-line why of a pruned, failed or re-queued trial, and the warnings its seeds
+    recorded ('' when there is nothing to say)."""
+    attrs = trial.user_attrs
+    if trial.state == TrialState.FAIL:
+        return str(attrs.get(TrialAttr.FAIL_REASON, "failed (no reason recorded)"))
+    if trial.state == TrialState.WAITING and TrialAttr.RETRY_OF in attrs:
+        return f"queued again (retry of t{attrs[TrialAttr.RETRY_OF]})"
+    notes = [f"warning {line}" for line in trial_warnings(trial)]
+    if trial.state == TrialState.PRUNED:
+        reason = attrs.get(TrialAttr.PRUNE_REASON)
+        why = (
+            breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
+        )
+        notes.insert(0, why)
+    return "; ".join(notes)
+
+
+def trial_warnings(trial: FrozenTrial) -> list[str]:
+    """Each warning rule's first line over the trial's seeds (a rule once, from its first seed)."""
+    lines: dict[str, str] = {}
+    for replicate in replicates(trial):
+        for line in replicate.warnings:
+            lines.setdefault(line.split(":", 1)[0], line)
+    return list(lines.values())

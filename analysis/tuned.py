@@ -1,6 +1,6 @@
 """`python -m analysis best`: the tuned YAML of a study's best trial.
 
-One renderer only, the one the sweep writes with (`analysis.tuned_file.write_tuned`). When the
+One renderer only, the one the sweep writes with (`records.tuned_file.write_tuned`). When the
 sweep exported `tuned/<study>.yaml` in this directory for the current best trial, that file is printed as
 it is; otherwise (the sweep ran elsewhere, or the file is stale) the best trial's config is
 composed again from its recorded overrides with Hydra's compose API and handed to the same
@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.load import AnalysisError, StudyData
-from analysis.records import TrialAttr
 from analysis.report import no_best_message
 from analysis.verdict import study_verdict
+from records.sweep import TrialAttr
 
 
 def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
     """The YAML text `+tuned=<study>` composes back, for the best completed trial."""
-    from analysis.tuned_file import tuned_path
+    from records.tuned_file import tuned_path
 
     best_study = data.study
     best = data.best()
@@ -42,7 +42,7 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     from hydra.core.global_hydra import GlobalHydra
 
     import analysis.sweep_job  # noqa: F401  (registers the config schemas before composing)
-    from analysis.tuned_file import render_tuned, tuned_notes
+    from records.tuned_file import render_tuned, tuned_notes
     from trainer.base.config import config_dir
 
     conf = config_dir()

@@ -15,11 +15,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records, stats
-from analysis.records import StudyAttr, TrialAttr
+from analysis import stats
 from analysis.stats import Interval
 from analysis.text import show
-from trainer.base.metrics import is_finite_number
+from records.metrics import is_finite_number
+from records.sweep import StudyAttr, TrialAttr, replicates
 from trainer.rl.rl_math import mean_and_stderr
 
 
@@ -80,7 +80,7 @@ def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
     for t in sorted(trials, key=lambda t: t.number):
         if t.state != TrialState.COMPLETE:
             continue
-        seeds = tuple(Seed(r.seed, r.value, r.stderr, r.per_problem) for r in records.replicates(t))
+        seeds = tuple(Seed(r.seed, r.value, r.stderr, r.per_problem) for r in replicates(t))
         if not seeds:  # recorded before seeds were: the trial's value alone
             seeds = (Seed(0, t.value, None),)
         baseline = t.user_attrs.get(TrialAttr.BASELINE)

@@ -27,8 +27,8 @@ import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 from mlflow.tracking import MlflowClient
 
-from analysis.records import TrialAttr
-from trainer.base.metrics import LOSS
+from records.metrics import LOSS
+from records.sweep import TrialAttr
 
 RESULTS = Path(__file__).parent / "results"
 GRID = ["group_size=4,8", "lr=1e-3,3e-3"]

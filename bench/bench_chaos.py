@@ -36,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pg_server import started_server  # noqa: E402
 from test_database_faults import assert_every_point_complete_once, trial_runs  # noqa: E402
 
-from analysis import records  # noqa: E402
-from analysis.records import TrialAttr  # noqa: E402
+from records.sweep import (
+    TrialAttr,  # noqa: E402
+    replicates,  # noqa: E402
+)
 
 RESULTS = Path(__file__).parent / "results"
 GRID = ["lr=1e-3,2e-3,3e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
@@ -169,9 +171,9 @@ def retries(trials: list) -> dict:
     resumed, retrained = 0, 0
     for retry in requeued:
         lost = by_number[retry.user_attrs[TrialAttr.RETRY_OF]]
-        lost_steps = max((r.steps_run for r in records.replicates(lost)), default=0)
+        lost_steps = max((r.steps_run for r in replicates(lost)), default=0)
         # none recorded: the retry itself was lost before its job began
-        for seed in records.replicates(retry):
+        for seed in replicates(retry):
             resumed += seed.resumed_from_step is not None
             retrained += max(0, lost_steps - (seed.resumed_from_step or 0))
     lost_in_a_row = max((t.user_attrs.get(TrialAttr.LOST_IN_A_ROW, 0) for t in trials), default=0)

@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
 import trainer  # noqa: F401  (registers the config schemas)
-from trainer.rl.health import default_rules, failure_mode_rules, replay, warnings
+from trainer.run.health import default_rules, failure_mode_rules, replay, warnings
 from trainer.run.train import train
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")

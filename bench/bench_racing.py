@@ -35,9 +35,9 @@ from pathlib import Path
 import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
-from analysis import records
 from analysis.stats import MIN_SEEDS, z_quantile
 from analysis.verdict import Config, Seed, verdict
+from records.sweep import replicates
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 from trainer.rl.rl_math import mean_and_stderr
 
@@ -54,7 +54,7 @@ def recorded_draws(storage: str, study: str) -> dict[str, list[Draw]]:
     s = optuna.load_study(study_name=study, storage=storage)
     out = {}
     for t in s.get_trials(deepcopy=False):
-        done = [r for r in records.replicates(t) if r.state == "COMPLETE"]
+        done = [r for r in replicates(t) if r.state == "COMPLETE"]
         if len(done) >= MAX_SEEDS:
             out[f"lr={t.params['lr']:g}"] = [(r.value, r.stderr) for r in done]
     return out

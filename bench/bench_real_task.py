@@ -81,7 +81,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
 
-    from trainer.base import metrics
+    from records import metrics
     from trainer.rl.rl_math import mean_and_stderr
 
     # Each gain's name -> the eval metric it is the final - baseline of.

@@ -27,18 +27,18 @@ import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 from optuna.distributions import FloatDistribution
 
-from analysis import records
+from records.sweep import Replicate, State, replicate_key, replicates
 from sweeper.sweep.terminator import stop_reason
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def recorded(storage: str, study: str) -> dict[float, list[records.Replicate]]:
+def recorded(storage: str, study: str) -> dict[float, list[Replicate]]:
     """{lr: its completed seed records} of the truth study."""
     s = optuna.load_study(study_name=study, storage=storage)
     out = {}
     for t in s.get_trials(deepcopy=False):
-        done = [r for r in records.replicates(t) if r.state == records.State.COMPLETE]
+        done = [r for r in replicates(t) if r.state == State.COMPLETE]
         if done:
             out[t.params["lr"]] = done
     return out
@@ -57,7 +57,7 @@ def replay(
         lr = min(seeds, key=lambda x: abs(math.log(x) - math.log(trial.params["lr"])))
         drawn = rng.sample(seeds[lr], per_trial)  # the trial's seeds, as seeds=N runs them
         for i, record in enumerate(drawn):
-            trial.set_user_attr(records.replicate_key(i), record.as_attr())
+            trial.set_user_attr(replicate_key(i), record.as_attr())
         study.tell(trial, statistics.fmean(r.value for r in drawn))
         if stopped_at is None and stop_reason(study.trials, True, min_trials, n_trials, seed):
             stopped_at = n

@@ -75,8 +75,8 @@ def by_hand(cfg) -> list[float]:
 
 
 def through_backend(cfg) -> list[float]:
+    from records.tracking import MLflowReporter, MLflowRun, tracking_client
     from trainer.backends.trl import train_rank
-    from trainer.run.tracking import MLflowReporter, MLflowRun, tracking_client
 
     with tempfile.TemporaryDirectory() as store:
         run = MLflowRun("bench", "trl", client=tracking_client(f"sqlite:///{store}/mlflow.db"))

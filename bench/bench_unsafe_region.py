@@ -10,7 +10,7 @@ unsafe region) and otherwise its seeds' values. A TPE study over lr on the grid'
 (the sweeper's sampler: TPESampler(seed), defaults) is replayed many times, each trial's lr
 answered by the nearest recorded lr (in log space): a breaking point is told PRUNED with its
 baseline as its step-0 value, as the sweeper records it, with the `health_breach` constraint
-(analysis/records.py BREACH_CONSTRAINT, what the sweeper does) or without it (what it did
+(records/sweep.py BREACH_CONSTRAINT, what the sweeper does) or without it (what it did
 before); a safe point is told one of its seed values drawn at random. Reported per arm: trials
 sampled in the unsafe region (mean, sd over replays; RandomSampler as the floor) and the true mean (the landscape's) of the
 best trial's lr. Caveat to state with the numbers: nearest-point answers make the landscape a
@@ -32,8 +32,7 @@ import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 from optuna.distributions import FloatDistribution
 
-from analysis import records
-from analysis.records import BREACH_CONSTRAINT, TrialAttr
+from records.sweep import BREACH_CONSTRAINT, TrialAttr, replicates
 from sweeper.plan.breaches import AvoidsBreaches
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -57,7 +56,7 @@ def landscape(storage: str, study: str) -> list[Point]:
     for t in s.get_trials(deepcopy=False):
         if t.state.name not in ("COMPLETE", "PRUNED"):
             continue
-        values = tuple(r.value for r in records.replicates(t) if r.state == "COMPLETE")
+        values = tuple(r.value for r in replicates(t) if r.state == "COMPLETE")
         breaks = t.state.name == "PRUNED"
         baseline = t.user_attrs.get(TrialAttr.BASELINE)
         points.append(Point(t.params["lr"], breaks, () if breaks else values, baseline))

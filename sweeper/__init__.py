@@ -9,17 +9,20 @@ its own modules and the stages after it here, never one before; results, what a 
 is the bottom), checked by tests/test_import_graph.py:
 
 plan/        what a sweep will run, decided and checked before anything heavy loads
-  settings        the sweeper's settings (hydra.sweeper.*), resolved and checked once
+  settings_schema  the sweeper's settings as typed (hydra.sweeper.*), which Hydra's plugin
+                   registers
+  settings        the sweeper's settings, resolved and checked once
   space           the search space from Hydra overrides (choices, ranges, intervals)
   search_sampler  the search sampler (Optuna's, not the LLM's) and how many trials it plans
   breaches        searching samplers kept off regions where health rules fired
   preflight       every reachable configuration composed and validated before the first trial
   sweep_plan      the plan: the above put together, and the study's name
-study/       where the plan lives, shared by every worker
-  storage         the study's storage URL, opened safely and retried, the plan's lock, heartbeats
+study/       where the plan lives, shared by every worker (the storage itself is
+             records/optuna_storage.py)
   create          create or join the study and its MLflow parent run
   slots           the plan as queued trials (slots) that workers take one at a time
   recovery        trials lost to the infrastructure, told apart from trials that failed
+  heartbeat       heartbeats for the trials in flight, from the sweeper's process
 sweep/       running the plan
   loop            the take -> launch -> tell loop Hydra's Sweeper hands over to (SweepRunner)
   start           the study opened (or joined) before the loop, and the plan said
@@ -28,22 +31,24 @@ sweep/       running the plan
   tuned           tuned/<study>.yaml, rewritten on each new best trial
   devices         one job per GPU from a device pool
   job             each job's task function: one seed trained, reported to MLflow and Optuna,
-                  pruned when a health rule fires or the objective pruner says so
+                  pruned when a health rule (trainer/run/health.py) fires or the objective
+                  pruner says so
+  forecaster      pruner=forecast: a trial's eval curve forecast, pruned when it cannot win
   signals         process signals (SIGTERM, SIGHUP) interrupt like Ctrl-C; job processes end
-  outcome         a configuration's seeds -> its outcome, what the study is told
   racing          seeds=auto: more seeds only where they can change the verdict
   terminator      terminator=true: stop a search when nothing more is to gain
 results/     what a sweep leaves and shows
   runs            the sweep's MLflow runs and how each one ends
   display         the study's trial counts, the progress line after each trial, the final table
+optuna_adapter  every use of Optuna's and Hydra's non-public API, in one place (beside the
+                stages, below every one)
 
-Beside the stages: `optuna_adapter` (every use of Optuna's and Hydra's non-public API, in one
-place), `SweepError` below (the one error a user sees: one line, exit code 1), and
-`__main__` (the `python -m sweeper` entry point). Hydra finds the Sweeper class in
-hydra_plugins/grpo_sweeper/, which calls plan.sweep_plan, then sweep.loop.
+`SweepError` below is the one error a user sees (one line, exit code 1), and `__main__` the
+`python -m sweeper` entry point. Hydra finds the Sweeper class in hydra_plugins/grpo_sweeper/,
+which registers the settings schema and calls plan.sweep_plan, then sweep.loop.
 
-The records a sweep writes (keys, tags, states) are analysis/records.py's, the results layer
-below this package; the training it runs is trainer/'s.
+The records a sweep writes (keys, tags, states) and the stores it writes them to are
+records/'s, the floor below every package; the training it runs is trainer/'s.
 """
 
 

@@ -56,9 +56,13 @@ class Recorder:
 
     def __init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
+        self.decided: dict[str, str] = {}  # what the run decided as its policy loaded
 
     def report(self, step: int, metrics) -> None:
         self.steps[step] = dict(metrics)
+
+    def params(self, params) -> None:
+        self.decided.update(params)
 
     def series(self, name: str) -> dict[int, float]:
         return {s: m[name] for s, m in self.steps.items() if name in m}

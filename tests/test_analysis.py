@@ -18,7 +18,6 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
-from analysis import records
 from analysis.__main__ import main
 from analysis.advice import advise
 from analysis.kl_plots import kl_curves, reward_vs_kl
@@ -31,9 +30,10 @@ from analysis.plots import (
     reward_curves,
     stderr_band,
 )
-from analysis.records import Role, StudyAttr, Tag, TrialAttr
-from trainer.base.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
-from trainer.rl.health import FORECAST, Breach, default_rules
+from analysis.text import breach_text
+from records.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
+from records.sweep import Role, StudyAttr, Tag, TrialAttr
+from trainer.run.health import FORECAST, Breach, default_rules
 
 KL = "kl_sample_train_v2"
 RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}
@@ -186,7 +186,7 @@ def test_load_matches_the_stores(finished: Sweep) -> None:
         assert row.final_kl == pytest.approx(points[-1][1])  # the last KL the run logged
         if t.state == TrialState.COMPLETE:
             assert row.value == pytest.approx(t.value)
-    assert data.trials[5].note == records.breach_text(data.trials[5].prune_reason)
+    assert data.trials[5].note == breach_text(data.trials[5].prune_reason)
     assert "kl_sample_train_v2=0.5 > 0.01 at step 3" in data.trials[5].note
     assert data.trials[6].note == "RuntimeError: CUDA out of memory"
     assert data.best().number == 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_sweep, study_in
 
-from analysis.records import BREACH_CONSTRAINT
+from records.sweep import BREACH_CONSTRAINT
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from analysis.records import BREACH_CONSTRAINT, TrialAttr
+from records.sweep import BREACH_CONSTRAINT, TrialAttr
 from sweeper.plan.breaches import AvoidsBreaches, distance, nearest_breached
 
 LR = FloatDistribution(1e-4, 1e-2, log=True)

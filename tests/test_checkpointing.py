@@ -19,10 +19,9 @@ import torch
 from conftest import Recorder, compose_conf
 from mlflow.tracking import MlflowClient
 
-from analysis import records
-from analysis.records import State, StudyAttr, Tag
+from records.metrics import EVAL_REWARD
+from records.sweep import State, StudyAttr, Tag, replicates
 from sweeper.sweep import job
-from trainer.base.metrics import EVAL_REWARD
 from trainer.model import packing
 from trainer.model.policy import collate, token_logprobs
 from trainer.run import checkpoint
@@ -269,7 +268,7 @@ def test_a_sweep_trial_records_the_step_it_loaded_not_the_one_it_guessed(
     study, cfg = _bound_trial(tmp_path, output_dir, *SMALL, "max_steps=6")
     assert job._resumed_from(cfg) == 4  # the guess: the newest that reads
     job.run_trial(cfg)
-    (seed_run,) = records.replicates(study.trials[0])
+    (seed_run,) = replicates(study.trials[0])
     assert seed_run.state == State.COMPLETE and seed_run.steps_run == 6
     assert seed_run.resumed_from_step == loaded
     tags = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(seed_run.run_id).data.tags

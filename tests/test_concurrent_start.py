@@ -13,7 +13,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.records import Role, Tag
+from records.sweep import Role, Tag
 
 pytestmark = pytest.mark.slow
 

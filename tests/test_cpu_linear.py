@@ -9,11 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.base import metrics
+from records import metrics
+from trainer.backends.run_params import run_params
 from trainer.model import cpu_linear, onednn_check
 from trainer.model.cpu_linear import OneDNNLinear, decide, linear, use_onednn
-from trainer.run.tracking import backend_params
 from trainer.run.train import train
+from trainer.sampling.model_source import onednn_param
 
 pytestmark = pytest.mark.skipif(not cpu_linear.AVAILABLE, reason="this torch has no oneDNN")
 
@@ -166,6 +167,7 @@ def test_the_tiny_model_trains_bit_for_bit_alike_with_onednn_forced_on_or_off(
         monkeypatch.setenv(cpu_linear.VARIABLE, setting)
         recorder = new_recorder()
         train(composed("max_steps=3", "task.eval_size=16"), recorder)
+        assert recorder.decided == {metrics.ONEDNN_PARAM: "off"}  # handed in as it loaded
         runs.append(
             {s: {k: v for k, v in m.items() if k.partition("/")[0] not in clocks}
              for s, m in recorder.steps.items()}
@@ -179,6 +181,12 @@ def test_the_decision_is_a_run_param_read_from_the_models_shapes(
     setting, expected, smollm2, composed, monkeypatch
 ):
     monkeypatch.setenv(cpu_linear.VARIABLE, setting)
-    assert backend_params(composed(f"model.path={smollm2}"))["onednn"] == expected
-    assert backend_params(composed())["onednn"] == "off"  # the tiny model: nothing that large
-    assert backend_params(composed(f"model.path={smollm2}", "backend=trl"))["onednn"] == "off"
+    enabled = cpu_linear.ENABLED
+    assert onednn_param(composed(f"model.path={smollm2}")) == expected
+    assert enabled == cpu_linear.ENABLED  # reading the choice flips nothing; the policy does
+    assert onednn_param(composed()) == "off"  # the tiny model: nothing that large
+    # Known before a model loads: TRL's trainer never uses it; ours hands it in once loaded.
+    assert (
+        run_params(composed(f"model.path={smollm2}", "backend=trl"))[metrics.ONEDNN_PARAM] == "off"
+    )
+    assert metrics.ONEDNN_PARAM not in run_params(composed(f"model.path={smollm2}"))

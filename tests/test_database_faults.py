@@ -20,9 +20,9 @@ from conftest import sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
-from analysis import load, records
-from analysis.records import Role, State, Tag, TrialAttr
-from trainer.run.database import SCHEMA_BARRIER_ENV
+from analysis import load
+from records.database import SCHEMA_BARRIER_ENV
+from records.sweep import Role, State, Tag, TrialAttr, is_interrupted, replicates
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def assert_every_point_complete_once(storage: str, tracking: str, points: int) -
     ]
     assert len(Counter(tuple(sorted(t.params.items())) for t in complete)) == points, every
     assert len(complete) == points
-    states = Counter(t.state.name for t in trials if not records.is_interrupted(t))
+    states = Counter(t.state.name for t in trials if not is_interrupted(t))
     assert states == {"COMPLETE": points}, [(t.number, t.state, t.user_attrs) for t in trials]
     runs = trial_runs(tracking)
     assert [r.info.run_name for r in runs if r.info.status == "RUNNING"] == []
@@ -94,7 +94,7 @@ def assert_interrupted_points_resumed(trials: list) -> int:
         t for t in trials if t.state.name == "COMPLETE" and TrialAttr.RETRY_OF in t.user_attrs
     ]
     for retry in retries:
-        (seed,) = records.replicates(retry)
+        (seed,) = replicates(retry)
         assert seed.resumed_from_step is not None and seed.resumed_from_step >= 3, seed
         assert seed.state == State.COMPLETE and seed.steps_run == 9
     return len(retries)
@@ -240,10 +240,10 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
     (name,) = optuna.get_all_study_names(f"sqlite:///{tmp_path}/sweeps.db")
     trials = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/sweeps.db").trials
     first, second = sorted(trials, key=lambda t: t.number)
-    assert records.is_interrupted(first) and first.user_attrs[TrialAttr.LOST_IN_A_ROW] == 1
+    assert is_interrupted(first) and first.user_attrs[TrialAttr.LOST_IN_A_ROW] == 1
     assert first.user_attrs[TrialAttr.FAIL_REASON].startswith("lost: its job died")
     assert second.user_attrs[TrialAttr.RETRY_OF] == first.number
-    assert second.state.name == "FAIL" and not records.is_interrupted(second)
+    assert second.state.name == "FAIL" and not is_interrupted(second)
     assert second.user_attrs[TrialAttr.FAIL_REASON].startswith("lost 2 times in a row")
     runs = trial_runs(f"sqlite:///{tmp_path}/mlflow.db")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FAILED"}
@@ -280,10 +280,10 @@ def test_after_an_outage_a_trial_is_taken_over_only_once_the_grace_has_passed_ag
 
     import sqlalchemy
 
+    from records.database import retried
+    from records.optuna_storage import open_storage
     from sweeper import optuna_adapter as oa
-    from sweeper.study.storage import open_storage
     from sweeper.sweep.tell import give_back_lost
-    from trainer.run.database import retried
 
     url = f"sqlite:///{tmp_path}/study.db"
     study = optuna.create_study(storage=open_storage(url, 1, 2), study_name="s")
@@ -331,7 +331,7 @@ def test_a_paused_server_counts_as_an_outage_though_no_call_failed(own_postgres)
 
     import sqlalchemy
 
-    from trainer.run.database import SLOW_CALL_S, calm_for, retried
+    from records.database import SLOW_CALL_S, calm_for, retried
 
     engine = sqlalchemy.create_engine(own_postgres.database("paused"))
     with engine.connect() as connection:  # connected before the pause, as a worker's pool is

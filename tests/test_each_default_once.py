@@ -2,7 +2,7 @@
 so that changing a default is one edit in one place.
 
 The schemas are the dataclasses of trainer/base/config.py (the root TrainConfig and the
-groups' `<group>_schema`) and the sweeper's settings (hydra_plugins/grpo_sweeper/config.py,
+groups' `<group>_schema`) and the sweeper's settings (sweeper/plan/settings_schema.py,
 under `hydra.sweeper`). A group option's `name` names the option: it is its file's stem.
 
 A task has no schema Hydra could merge a `task.<key>=` override into (it is built by
@@ -23,7 +23,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from trainer.base.config import TrainConfig, config_dir, register_configs
 from trainer.env.prompts import PROMPT_DEFAULTS
 from trainer.env.rewards import DEFAULT_TIMEOUT

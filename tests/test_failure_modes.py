@@ -14,10 +14,10 @@ from conftest import mlflow_uri, run_sweep, study_in, study_uri, sweep_env
 from mlflow.tracking import MlflowClient
 
 from analysis.load import load_study
-from analysis.records import WARNING_METRIC_PREFIX, Tag, TrialAttr
 from analysis.report import leaderboard_rows
-from trainer.base import metrics
-from trainer.rl.health import HealthMonitor, failure_mode_rules
+from records import metrics
+from records.sweep import WARNING_METRIC_PREFIX, Tag, TrialAttr
+from trainer.run.health import HealthMonitor, failure_mode_rules
 
 TESTS = Path(__file__).resolve().parent
 # Short and small: the rules with patience 5 need 5 steps after step 0.

@@ -14,16 +14,23 @@ from conftest import mlflow_uri, run_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
 from analysis import forecast as fc
-from analysis import records
 from analysis.load import load_study
 from analysis.plot_style import FORECAST_GID
 from analysis.plots import reward_curves
-from analysis.records import StudyAttr, TrialAttr
+from records.metrics import EVAL_REWARD, stderr_of
+from records.sweep import (
+    FORECAST_HIGH,
+    FORECAST_MEAN,
+    Replicate,
+    StudyAttr,
+    TrialAttr,
+    replicate_key,
+    replicates,
+)
 from sweeper.plan.breaches import breached
 from sweeper.sweep.forecaster import Forecaster, seed_curve
 from sweeper.sweep.job import TrialPruned, TrialReporter
-from trainer.base.metrics import EVAL_REWARD, stderr_of
-from trainer.rl.health import FORECAST, HealthMonitor, default_rules, is_unsafe
+from trainer.run.health import FORECAST, HealthMonitor, default_rules, is_unsafe
 
 
 def test_flat_is_the_weighted_mean_of_the_last_half():
@@ -109,7 +116,7 @@ def forecast_reporter(
     study.set_user_attr(StudyAttr.OBJECTIVE, EVAL_REWARD)
     study.set_user_attr(StudyAttr.SEEDS, seeds)
     best = study.ask()
-    best.set_user_attr(records.replicate_key(0), _replicate(0, incumbent_value))
+    best.set_user_attr(replicate_key(0), _replicate(0, incumbent_value))
     study.tell(best, incumbent_value)
     trial = study.ask()
     run = LoggedRun(client)
@@ -126,7 +133,7 @@ def forecast_reporter(
 
 
 def _replicate(seed: int, value: float | None, state: str = "COMPLETE") -> dict:
-    return records.Replicate(seed, state, value, 0.02, 50, 0.3, "", None).as_attr()
+    return Replicate(seed, state, value, 0.02, 50, 0.3, "", None).as_attr()
 
 
 def evals(value: float) -> dict[str, float]:
@@ -150,7 +157,7 @@ def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
     with pytest.raises(TrialPruned) as pruned:
         reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
     assert pruned.value.breach.check == FORECAST
-    assert set(run.metrics[records.FORECAST_MEAN]) == {10}
+    assert set(run.metrics[FORECAST_MEAN]) == {10}
 
 
 @pytest.mark.slow
@@ -164,7 +171,7 @@ def test_a_forecast_sweep_logs_the_forecast_at_each_eval_step(tmp_path):
     (trial,) = study_in(tmp_path).trials
     client = MlflowClient(mlflow_uri(tmp_path))
     run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
-    for name in (records.FORECAST_MEAN, records.FORECAST_HIGH):
+    for name in (FORECAST_MEAN, FORECAST_HIGH):
         assert {m.step for m in client.get_metric_history(run_id, name)} == {2, 4}
     data = load_study(study_uri(tmp_path))
     _, evals = reward_curves(data).axes
@@ -198,11 +205,11 @@ def test_a_seed_that_alone_cannot_win_is_kept_while_its_configuration_can(tmp_pa
         client.log_metric(other, EVAL_REWARD, value, step=step)
         client.log_metric(other, stderr_of(EVAL_REWARD), 0.02, step=step)
     reporter, run = forecast_reporter(0.5, seeds=2, seed=1, client=client, rules=[])
-    started = records.Replicate(0, "RUNNING", None, None, 10, 0.3, "", other)
-    reporter.trial.set_user_attr(records.replicate_key(0), started.as_attr())
+    started = Replicate(0, "RUNNING", None, None, 10, 0.3, "", other)
+    reporter.trial.set_user_attr(replicate_key(0), started.as_attr())
     reporter.report(0, evals(0.3))
     reporter.report(10, evals(0.0))  # health off: only the forecast could stop it
-    assert run.metrics[records.FORECAST_MEAN][10] == pytest.approx(0.4847, abs=1e-3)
+    assert run.metrics[FORECAST_MEAN][10] == pytest.approx(0.4847, abs=1e-3)
 
 
 def test_no_incumbent_is_said_once_per_trial(caplog):
@@ -234,10 +241,10 @@ def test_a_later_seed_forecasts_the_configurations_pooled_curve(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (trial,) = study_in(tmp_path).trials
     client = MlflowClient(mlflow_uri(tmp_path))
-    run_ids = [r.run_id for r in records.replicates(trial)]
+    run_ids = [r.run_id for r in replicates(trial)]
     curves = [seed_curve(client, run_id, EVAL_REWARD) for run_id in run_ids]
     steps, values, stderrs = fc.pooled_curve(curves, up_to=2)
     assert steps == [0, 2]
     expected = fc.forecast(steps, values, stderrs, 4, level=0.75)
-    logged = client.get_metric_history(run_ids[1], records.FORECAST_MEAN)
+    logged = client.get_metric_history(run_ids[1], FORECAST_MEAN)
     assert {m.step: m.value for m in logged} == {2: pytest.approx(expected.mean)}

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_sweep, study_in
 
 from sweeper.sweep.job import TrialPruned
-from trainer.rl.health import (
+from trainer.run.health import (
     Breach,
     Check,
     Guard,

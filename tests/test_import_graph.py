@@ -1,7 +1,8 @@
 """The project's import graph, read from the source with `ast`: no cycle, the packages in
-their layers (trainer at the bottom, analysis above it, the sweeper on top, Hydra's plugin
-over all), the trainer's sub-packages in theirs (TRAINER_LAYERS, bottom first) and the
-sweeper's stages in theirs (SWEEPER_STAGES).
+their layers (records, what runs and sweeps record and the stores that keep it, at the bottom;
+the trainer on it, analysis above, the sweeper on top, Hydra's plugin over all), the trainer's
+sub-packages in theirs (TRAINER_LAYERS, bottom first) and the sweeper's stages in theirs
+(SWEEPER_STAGES).
 
 Every import counts, including those inside functions and under `if TYPE_CHECKING:`: a lazy
 import hides a cycle from the interpreter, not from a reader who has to follow it.
@@ -15,18 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("trainer", "sweeper", "analysis", "hydra_plugins")
-
-# What each package may not import: the layers run trainer <- analysis <- sweeper <-
-# hydra_plugins (the plugin Hydra finds, which hands over to the sweeper). The plugin's
-# settings schema is the exception every layer may read: a leaf (SETTINGS_SCHEMA's own test).
-FORBIDDEN = {
-    "trainer": {"sweeper", "analysis", "hydra_plugins"},
-    "analysis": {"sweeper", "hydra_plugins"},
-    "sweeper": {"hydra_plugins"},
-    "hydra_plugins": set(),
-}
-SETTINGS_SCHEMA = "hydra_plugins.grpo_sweeper.config"
+# The packages bottom first: each may import its own modules and those of the packages before
+# it here, never one after (hydra_plugins is the plugin Hydra finds, which hands over to the
+# sweeper).
+PACKAGES = ("records", "trainer", "analysis", "sweeper", "hydra_plugins")
+FORBIDDEN = {package: set(PACKAGES[i + 1 :]) for i, package in enumerate(PACKAGES)}
+# Hydra imports the sweeper's settings schema whenever it scans its plugins: it stays light.
+SETTINGS_SCHEMA = "sweeper.plan.settings_schema"
 
 # The sweeper's stages, bottom first (sweeper/__init__.py): a stage's module may import its
 # own stage and those before it here, never one after. The modules beside the stages
@@ -192,8 +188,6 @@ def test_packages_import_only_their_layer_and_below():
     for module, targets in sorted(import_graph().items()):
         package = module.split(".")[0]
         for target in sorted(targets):
-            if target == SETTINGS_SCHEMA and module != target:
-                continue
             if target.split(".")[0] in FORBIDDEN[package]:
                 wrong.append(f"{module} imports {target} (a layer above it)")
             elif target.endswith(".__main__"):
@@ -269,9 +263,15 @@ def test_every_sub_package_is_a_layer(package, layers):
     assert found == set(layers)
 
 
-def test_the_settings_schema_every_layer_reads_is_a_leaf():
+def test_the_settings_schema_hydra_scans_imports_only_names():
     inside = {t for t in import_graph()[SETTINGS_SCHEMA] if t.split(".")[0] in PACKAGES}
-    assert inside <= {"trainer.base.metrics"}, inside
+    assert inside <= {"records.metrics", "records.defaults"}, inside
+
+
+def test_the_package_order_forbids_every_import_upward():
+    assert FORBIDDEN["records"] == {"trainer", "analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["analysis"] == {"sweeper", "hydra_plugins"}
+    assert FORBIDDEN["hydra_plugins"] == set()
 
 
 def test_sweeper_stages_import_only_their_own_and_below():
@@ -281,13 +281,13 @@ def test_sweeper_stages_import_only_their_own_and_below():
 
 def test_the_sweeper_stage_check_catches_an_import_up_the_chain():
     graph = {
-        "sweeper.plan.settings": {"sweeper.study.storage", "sweeper.results.runs"},
+        "sweeper.plan.settings": {"sweeper.study.heartbeat", "sweeper.results.runs"},
         "sweeper.results.display": {"sweeper.optuna_adapter", "sweeper"},
         "sweeper.optuna_adapter": {"sweeper.plan.space"},
         "sweeper.stray": set(),
     }
     assert sweeper_stage_violations(graph) == [
         "sweeper.optuna_adapter (below the layers) imports sweeper.plan.space (a layer above it)",
-        "sweeper.plan.settings (plan) imports sweeper.study.storage (a layer above it)",
+        "sweeper.plan.settings (plan) imports sweeper.study.heartbeat (a layer above it)",
         "sweeper.stray is in no layer (results, plan, study, sweep)",
     ]

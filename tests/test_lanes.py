@@ -7,7 +7,7 @@ import pytest
 from conftest import run_sweep, study_in
 from mlflow.tracking import MlflowClient
 
-from analysis import records
+from records.sweep import replicates
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +26,6 @@ def test_a_pruned_trial_frees_its_slot_before_its_batch_mate_ends(tmp_path):
     run = {lr: client.get_run(t.user_attrs["mlflow_run_id"]).info for lr, t in trials.items()}
     # t2 (lr=2e-3) started once t0 (lr=3e-2) was pruned, while t1 (lr=1e-3) still trained
     assert run[3e-2].end_time <= run[2e-3].start_time < run[1e-3].end_time
-    devices = {lr: records.replicates(t)[0].device for lr, t in trials.items()}
+    devices = {lr: replicates(t)[0].device for lr, t in trials.items()}
     assert set(devices.values()) <= {"cpu", "cpu:0"}
     assert devices[3e-2] != devices[1e-3]  # the two that ran together had distinct devices

@@ -1,4 +1,4 @@
-"""Every MLflow write in one module, trainer/run/tracking.py: the trainer, the sweeper and the
+"""Every MLflow write in one module, records/tracking.py: the trainer, the sweeper and the
 analysis write through its MLflowRun and tag_experiment, so each write is made by the client
 that waits out an unreachable store (tracking_client). This test finds a write made anywhere
 else with `ast`, the way tests/test_import_graph.py reads imports.
@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("trainer", "sweeper", "analysis", "hydra_plugins")
-HOME = ROOT / "trainer/run/tracking.py"
+HOME = ROOT / "records/tracking.py"
 
 # A public name of MlflowClient or of the mlflow module that changes what the store holds
 # (or, for the fluent functions, which run or store the process writes to).
@@ -106,7 +106,7 @@ def test_the_write_names_cover_what_the_project_writes():
 
 def test_every_mlflow_write_is_made_in_tracking_py():
     found = writes_outside_home(_package_sources())
-    assert not found, "MLflow writes outside trainer/run/tracking.py:\n" + "\n".join(found)
+    assert not found, "MLflow writes outside records/tracking.py:\n" + "\n".join(found)
 
 
 def test_a_planted_write_is_caught():

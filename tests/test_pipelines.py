@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import run_sweep, study_in
 
-from trainer.base import metrics
+from records import metrics
 from trainer.env.tasks import AdditionTask
 from trainer.model.policy import Policy
 from trainer.rl.pipeline_settings import PIPELINES

@@ -9,11 +9,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
-from sweeper.study.storage import exclusive
+from records.optuna_storage import exclusive
 
 HOLD_THE_PLAN = """
 import sys
-from sweeper.study.storage import exclusive
+from records.optuna_storage import exclusive
 with exclusive(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.readline()

@@ -14,12 +14,11 @@ import pytest
 from conftest import run_sweep, start_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
-from analysis import records
-from analysis.records import State, TrialAttr
+from records.metrics import REWARD
+from records.optuna_storage import exclusive
+from records.sweep import State, TrialAttr, replicate_key, replicates
 from sweeper.study import recovery
-from sweeper.study.storage import exclusive
 from sweeper.sweep import tell
-from trainer.base.metrics import REWARD
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +53,7 @@ def _resumes_and_completes(cwd: Path) -> None:
     completed = [t for t in trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["group_size"] for t in completed) == [2, 4]  # every point once
     (retry,) = [t for t in completed if TrialAttr.RETRY_OF in t.user_attrs]
-    (seed_run,) = records.replicates(retry)
+    (seed_run,) = replicates(retry)
     assert seed_run.resumed_from_step is not None and seed_run.resumed_from_step >= 6
     assert seed_run.state == State.COMPLETE and seed_run.steps_run == 30
     # the interrupted run continued: one MLflow run holds the whole curve, steps 1..30
@@ -105,7 +104,7 @@ def test_a_worker_killed_while_giving_a_lost_trial_back_loses_neither_point_nor_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     import optuna
 
-    from sweeper.study.storage import open_storage
+    from records.optuna_storage import open_storage
 
     url = study_uri(tmp_path)
     (name,) = optuna.get_all_study_names(url)
@@ -128,8 +127,8 @@ def test_a_run_reopened_by_a_worker_that_lost_its_trial_is_closed_as_its_seed_en
     left alone."""
     import optuna
 
-    from analysis.records import Replicate, Role, Tag
-    from trainer.run.tracking import MLflowRun
+    from records.sweep import Replicate, Role, Tag
+    from records.tracking import MLflowRun
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="s")
@@ -139,7 +138,7 @@ def test_a_run_reopened_by_a_worker_that_lost_its_trial_is_closed_as_its_seed_en
         tags = {Tag.ROLE: Role.TRIAL, Tag.STUDY: "s", Tag.TRIAL_NUMBER: str(trial.number)}
         run = MLflowRun("grpo", f"t{trial.number}", tags=tags)
         record = Replicate(0, State.COMPLETE, 0.5, None, 9, None, "", run.run_id)
-        trial.set_user_attr(records.replicate_key(0), record.as_attr())
+        trial.set_user_attr(replicate_key(0), record.as_attr())
         return trial, run
 
     done, reopened = trial_with_run()
@@ -214,9 +213,9 @@ def test_an_interrupted_trial_closes_the_runs_it_had_not_recorded_yet(tmp_path, 
     the run to resume passes to the retry."""
     import optuna
 
-    from analysis.records import Role, Tag
+    from records.sweep import Role, Tag
+    from records.tracking import MLflowRun
     from sweeper import optuna_adapter as oa
-    from trainer.run.tracking import MLflowRun
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="s")

@@ -7,7 +7,7 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from trainer.base import metrics
+from records import metrics
 from trainer.base.errors import ConfigError
 from trainer.env.prompts import PromptRenderer, baseline_advice
 from trainer.env.tasks import make_task

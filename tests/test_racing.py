@@ -8,9 +8,9 @@ import pytest
 from analysis import stats
 from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep.flights import InFlight, Phase, seeds_of
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_sweep, start_sweep, study_in
 from mlflow.tracking import MlflowClient
 
-from analysis import records
+from records.sweep import replicates
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_eliminated_configurations_get_no_more_seeds_and_the_verdict_says_why(tm
     trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
     assert all(t.state.name == "COMPLETE" for t in trials.values())
     for lr, t in trials.items():  # 2 seeds each, no more: the race was over after them
-        assert [r.seed for r in records.replicates(t)] == [0, 1], lr
+        assert [r.seed for r in replicates(t)] == [0, 1], lr
     assert trials[0.003].user_attrs["race"] == "separated from every other after 2 seeds"
     for lr in (0.001, 0.002):
         assert (
@@ -63,7 +63,7 @@ def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
     done = run_sweep(tmp_path, "kl_discount_factor=0.0,0.5", "hydra.sweeper.max_seeds=2", *RACE)
     assert done.returncode == 0, done.stderr[-3000:]
     trials = sorted(study_in(tmp_path).trials, key=lambda t: t.number)
-    assert [len(records.replicates(t)) for t in trials] == [2, 2]
+    assert [len(replicates(t)) for t in trials] == [2, 2]
     assert any(t.user_attrs["race"].startswith("reached max_seeds=2, tied with") for t in trials)
     assert "are tied at this sample size" in done.stdout
     assert "beats the runner-up" not in done.stdout
@@ -79,14 +79,14 @@ def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
     sweep.stderr.read()
     assert sweep.wait(timeout=120) != 0
     first = study_in(tmp_path).trials
-    kept = {r.run_id for t in first if t.params.get("lr") == 0.001 for r in records.replicates(t)}
+    kept = {r.run_id for t in first if t.params.get("lr") == 0.001 for r in replicates(t)}
     assert len(kept) == 2  # t0's two seeds completed before the stop
     done = run_sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     final = [t for t in study_in(tmp_path).trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["lr"] for t in final) == [0.001, 0.002, 0.003]
     t0 = next(t for t in final if t.params["lr"] == 0.001)
-    assert {r.run_id for r in records.replicates(t0)} == kept  # carried over, not run again
+    assert {r.run_id for r in replicates(t0)} == kept  # carried over, not run again
     assert t0.user_attrs["race"].startswith("eliminated after 2 seeds")
     assert set(_training_runs(tmp_path).values()) == {1}  # each (configuration, seed) once
     assert len(_training_runs(tmp_path)) == 6
@@ -102,7 +102,7 @@ def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(t
     assert [w.returncode for w in workers] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     trials = study_in(tmp_path).trials
     assert sorted(t.params["lr"] for t in trials) == [0.001, 0.002, 0.003, 0.004]
-    assert all([r.seed for r in records.replicates(t)] == [0, 1] for t in trials)
+    assert all([r.seed for r in replicates(t)] == [0, 1] for t in trials)
     runs = _training_runs(tmp_path)
     assert len(runs) == 8 and set(runs.values()) == {1}
 
@@ -125,9 +125,9 @@ def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
     collapsed = trials[0.03]
-    assert len(records.replicates(collapsed)) == 2, collapsed.user_attrs["race"]
+    assert len(replicates(collapsed)) == 2, collapsed.user_attrs["race"]
     assert collapsed.user_attrs["race"].startswith("eliminated after 2 seeds")
     for lr in (0.0005, 0.002):
         race = trials[lr].user_attrs["race"]
         decided = race.startswith(("eliminated", "separated"))
-        assert len(records.replicates(trials[lr])) > 2 or decided, (lr, race)
+        assert len(replicates(trials[lr])) > 2 or decided, (lr, race)

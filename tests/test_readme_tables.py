@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 from test_bad_input import ROWS
 
+from records.tracking import BOOKKEEPING_KEYS
 from trainer.base.config import LossConfig, TrainConfig
-from trainer.run.tracking import BOOKKEEPING_KEYS
 from trainer.run.validation import loss_preset
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -11,9 +11,9 @@ import pytest
 from conftest import mlflow_uri, run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
-from analysis.records import TrialAttr
-from trainer.base.metrics import KL_PRE_POST_V2
-from trainer.rl.health import default_rules
+from records.metrics import KL_PRE_POST_V2
+from records.sweep import TrialAttr
+from trainer.run.health import default_rules
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 

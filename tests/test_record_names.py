@@ -1,5 +1,5 @@
-"""Every record name in one of its two homes: trainer/base/metrics.py (what a run logs) and
-analysis/records.py (what a sweep records). A record name spelled as a string anywhere else in
+"""Every record name in one of its two homes: records/metrics.py (what a run logs) and
+records/sweep.py (what a sweep records). A record name spelled as a string anywhere else in
 the packages is a second copy that can drift; this test finds them with `ast`, the way
 tests/test_import_graph.py reads imports.
 
@@ -14,12 +14,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from analysis import records
-from trainer.base import metrics
+from records import metrics
+from records.sweep import (
+    BREACH_CONSTRAINT,
+    FORECAST_HIGH,
+    FORECAST_MEAN,
+    WARNING_METRIC_PREFIX,
+    ConfigMetric,
+    StudyAttr,
+    StudyMetric,
+    Tag,
+    TrialAttr,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("trainer", "sweeper", "analysis", "hydra_plugins")
-HOMES = {ROOT / "trainer/base/metrics.py", ROOT / "analysis/records.py"}
+PACKAGES = ("records", "trainer", "sweeper", "analysis", "hydra_plugins")
+HOMES = {ROOT / "records/metrics.py", ROOT / "records/sweep.py"}
 
 
 def _constants(namespace: object) -> list[str]:
@@ -29,11 +39,11 @@ def _constants(namespace: object) -> list[str]:
 def record_names() -> set[str]:
     logged = {v for v in _constants(metrics) if "/" in v or v.startswith("kl_")}
     recorded = {
-        *_constants(records.Tag),
-        *_constants(records.ConfigMetric),
-        *_constants(records.StudyMetric),
+        *_constants(Tag),
+        *_constants(ConfigMetric),
+        *_constants(StudyMetric),
     }
-    recorded |= {v for v in _constants(records.TrialAttr) if "_" in v}
+    recorded |= {v for v in _constants(TrialAttr) if "_" in v}
     return logged | recorded
 
 
@@ -55,23 +65,41 @@ def _package_sources() -> dict[str, str]:
 def test_the_record_names_cover_both_homes():
     names = record_names()
     assert {metrics.EVAL_REWARD, metrics.KL_PRE_POST_V2, metrics.ASYNC_DISCARDED} <= names
-    assert {records.Tag.PRUNE_REASON, records.TrialAttr.MLFLOW_RUN_ID} <= names
-    assert records.ConfigMetric.OBJECTIVE_MEAN in names
+    assert {Tag.PRUNE_REASON, TrialAttr.MLFLOW_RUN_ID} <= names
+    assert ConfigMetric.OBJECTIVE_MEAN in names
     assert "lr" not in names  # a setting's name too
 
 
 def test_no_record_name_is_spelled_outside_its_home():
     found = literals_outside_homes(_package_sources(), record_names())
-    assert not found, "record names spelled outside metrics.py / records.py:\n" + "\n".join(found)
+    assert not found, (
+        "record names spelled outside records/metrics.py / records/sweep.py:\n" + "\n".join(found)
+    )
 
 
 def test_a_planted_literal_is_caught():
     planted = {
         "sweeper/planted.py": 'client.log_metric(run_id, "objective/mean", 1.0)\n'
         'x = {"eval/reward/mean": 0.5}\n',
-        "trainer/clean.py": "from trainer.base.metrics import EVAL_REWARD\n",
+        "trainer/clean.py": "from records.metrics import EVAL_REWARD\n",
     }
     assert literals_outside_homes(planted, record_names()) == [
         "sweeper/planted.py:1 'objective/mean'",
         "sweeper/planted.py:2 'eval/reward/mean'",
     ]
+
+
+def sweep_record_names() -> set[str]:
+    """Every name a sweep records (records/sweep.py): tags, study and trial attrs, the study's
+    and a configuration's metrics, the forecast metrics and the breach constraint."""
+    names = set()
+    for namespace in (Tag, StudyAttr, TrialAttr, StudyMetric, ConfigMetric):
+        names |= set(_constants(namespace))
+    return names | {FORECAST_MEAN, FORECAST_HIGH, BREACH_CONSTRAINT, WARNING_METRIC_PREFIX}
+
+
+def test_docs_records_md_names_every_sweep_record():
+    doc = (ROOT / "docs/records.md").read_text()
+    names = {name.rstrip(".").removesuffix("_") for name in sweep_record_names()}
+    missing = sorted(name for name in names if f"`{name}" not in doc)
+    assert not missing, f"docs/records.md does not name: {missing}"

@@ -15,9 +15,9 @@ import sqlalchemy.exc
 from optuna.distributions import CategoricalDistribution
 from sqlalchemy.orm import ORMExecuteState, Session
 
+from records.optuna_storage import open_storage
+from records.tracking import MLflowRun, experiment_id, tracking_client
 from sweeper.study import slots
-from sweeper.study.storage import open_storage
-from trainer.run.tracking import MLflowRun, experiment_id, tracking_client
 
 
 @contextlib.contextmanager

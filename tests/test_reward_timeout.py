@@ -8,7 +8,7 @@ import pytest
 from conftest import needs_trl, sweep_env
 from mlflow import MlflowClient
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 from trainer.env.reward_worker import bound
 from trainer.env.rewards import RewardError, RewardSet
 from trainer.env.tasks import Problem

@@ -7,7 +7,7 @@ import torch
 from conftest import PROMPTS, learner_kl, moved_adapter
 from transformers.cache_utils import DynamicLayer
 
-from trainer.base import metrics
+from records import metrics
 from trainer.model import packing
 from trainer.model.kv_cache import PreallocatedLayer
 from trainer.model.policy import collate, token_logprobs

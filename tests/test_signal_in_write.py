@@ -16,7 +16,7 @@ import pytest
 from conftest import run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
-from analysis.records import TrialAttr
+from records.sweep import TrialAttr
 
 pytestmark = pytest.mark.slow
 

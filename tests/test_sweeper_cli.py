@@ -16,8 +16,8 @@ import pytest
 from conftest import mlflow_uri, run_sweep, start_sweep, study_in, study_uri, sweep_env
 from mlflow.tracking import MlflowClient
 
-from analysis import records
-from analysis.records import best_trial
+from analysis.text import trial_note
+from records.sweep import best_trial
 
 pytestmark = pytest.mark.slow
 
@@ -96,12 +96,13 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
         assert tags["sweeper.state"] == t.state.name
         assert run.data.params["lr"] == str(t.params["lr"])
         assert run.data.params["loss.name"] == "importance_sampling"  # every resolved key
+        assert run.data.params["onednn"] == "off"  # the trainer's choice, as its policy loaded
         assert "trial.id" not in run.data.params
         history = client.get_metric_history(run.info.run_id, "reward/mean")
         assert [m.step for m in history] == list(range(1, t.user_attrs["steps_run"] + 1))
         if t.state.name == "PRUNED":
             assert run.info.status == "KILLED"
-            assert tags["sweeper.prune_reason"] == records.trial_note(t)  # the same one line
+            assert tags["sweeper.prune_reason"] == trial_note(t)  # the same one line
         else:
             assert run.info.status == "FINISHED"
             evals = client.get_metric_history(run.info.run_id, "eval/reward/mean")

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from analysis.tuned_file import tuned_path, write_tuned
+from records.tuned_file import tuned_path, write_tuned
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.space import parse_space
 

@@ -10,15 +10,15 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records
-from analysis.records import Replicate, State, TrialAttr
+from records.optuna_storage import exclusive, open_storage
+from records.sweep import Replicate, State, TrialAttr, is_interrupted, replicate_key
 from sweeper import optuna_adapter as oa
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.space import parse_space
 from sweeper.results import display
 from sweeper.study import recovery, slots
+from sweeper.study.heartbeat import Heartbeat
 from sweeper.study.recovery import fail_stale_trials
-from sweeper.study.storage import Heartbeat, exclusive, open_storage
 
 
 @pytest.fixture
@@ -265,20 +265,20 @@ def test_a_point_lost_again_and_again_fails_only_when_it_gets_no_further(url, tm
         record = Replicate(
             0, State.RUNNING, None, None, 0, None, "", None, output_dir=str(output_dir)
         )
-        trial.set_user_attr(records.replicate_key(0), record.as_attr())
+        trial.set_user_attr(replicate_key(0), record.as_attr())
         if new_checkpoint_step is not None:
             (output_dir / "checkpoints" / f"step_{new_checkpoint_step:06d}").mkdir(parents=True)
         assert recovery.lose(study, trial._trial_id, "killed (this test)", max_in_a_row=3)
         lost = oa.fresh(study, trial._trial_id)
-        if records.is_interrupted(lost):
+        if is_interrupted(lost):
             slots.give_back(study, lost, {})
         return lost
 
     progressing = [take_and_lose(step) for step in (3, 6, 9, 12)]
     assert [t.user_attrs[TrialAttr.LOST_IN_A_ROW] for t in progressing] == [1, 1, 1, 1]
-    assert all(records.is_interrupted(t) for t in progressing)
+    assert all(is_interrupted(t) for t in progressing)
     # the last progressing loss opens the row: two more with nothing saved make three
     stuck = [take_and_lose(None) for _ in range(2)]
     assert [t.user_attrs[TrialAttr.LOST_IN_A_ROW] for t in stuck] == [2, 3]
-    assert records.is_interrupted(stuck[0]) and not records.is_interrupted(stuck[-1])
+    assert is_interrupted(stuck[0]) and not is_interrupted(stuck[-1])
     assert stuck[-1].user_attrs[TrialAttr.FAIL_REASON].startswith("lost 3 times in a row")

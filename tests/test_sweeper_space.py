@@ -10,16 +10,17 @@ import pytest
 from conftest import compose_conf
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from records.errors import StoreUnusable
+from records.optuna_storage import open_storage
 from sweeper import SweepError
 from sweeper.plan.preflight import MAX_COMBINATIONS, configurations_to_check
 from sweeper.plan.search_sampler import choose_search_sampler
 from sweeper.plan.settings import resolve_settings, resolve_url
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.plan.space import parse_space
 from sweeper.plan.sweep_plan import default_study_name
-from sweeper.study.storage import open_storage
 from sweeper.sweep.job import TrialPruned
-from trainer.rl.health import HealthMonitor, HealthRule
+from trainer.run.health import HealthMonitor, HealthRule
 
 
 def test_choices_ranges_and_intervals_become_distributions():
@@ -165,6 +166,6 @@ def test_storage_urls_are_checked(tmp_path):
     assert resolve_url("sqlite:///sweeps.db").startswith("sqlite:////")
     with pytest.raises(SweepError, match="not a database URL"):
         resolve_url("sweeps.db")
-    with pytest.raises(SweepError, match="cannot open"):
+    with pytest.raises(StoreUnusable, match="cannot open"):
         open_storage(f"sqlite:///{tmp_path}/missing/dir/x.db")
     assert not (tmp_path / "missing").exists()

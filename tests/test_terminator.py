@@ -8,7 +8,7 @@ import statistics
 import optuna
 from optuna.distributions import FloatDistribution
 
-from analysis.records import Replicate, State, replicate_key
+from records.sweep import Replicate, State, replicate_key
 from sweeper.sweep.terminator import best_noise, stop_reason
 
 

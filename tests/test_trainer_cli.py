@@ -33,6 +33,8 @@ def test_a_run_logs_to_mlflow_and_saves_the_adapter(tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.params["group_size"] == "2"
     assert run.data.params["loss.name"] == "importance_sampling"
+    # what trained it, handed in by the trainer (oneDNN: decided as the policy loaded)
+    assert run.data.params["backend"] == "ours" and run.data.params["onednn"] == "off"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "reward/mean")] == [1, 2]
     evals = client.get_metric_history(run.info.run_id, "eval/reward/mean")
     assert [m.step for m in evals] == [0, 2]

@@ -18,8 +18,7 @@ import pytest
 from conftest import compose_conf, needs_trl, run_sweep, start_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
-from analysis import records
-from analysis.records import State, StudyAttr, Tag, TrialAttr
+from records.sweep import Role, State, StudyAttr, Tag, TrialAttr, replicates
 from trainer.backends import validate
 from trainer.backends.trl import mapping
 from trainer.base.errors import ConfigError
@@ -181,7 +180,7 @@ def _sweep_and_check(cwd: Path, *extra: str) -> None:
     states = {t.params["lr"]: t for t in study.trials}
     assert states[LOW].state.name == "COMPLETE"
     assert states[COLLAPSING].state.name == "PRUNED"
-    (pruned,) = records.replicates(states[COLLAPSING])
+    (pruned,) = replicates(states[COLLAPSING])
     assert pruned.reason.startswith("post_update_kl: kl_pre_post_v2=")
     assert pruned.steps_run <= 3
     client = _mlflow(cwd)
@@ -276,7 +275,7 @@ def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
     completed = [t for t in trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["group_size"] for t in completed) == [2, 4]
     (retry,) = [t for t in completed if TrialAttr.RETRY_OF in t.user_attrs]
-    (seed_run,) = records.replicates(retry)
+    (seed_run,) = replicates(retry)
     assert seed_run.resumed_from_step is not None and seed_run.resumed_from_step >= 4
     assert seed_run.state == State.COMPLETE and seed_run.steps_run == 12
     steps = {m.step for m in _mlflow(tmp_path).get_metric_history(seed_run.run_id, "reward/mean")}
@@ -310,7 +309,7 @@ def test_trls_logs_reach_the_reporter_under_our_names():
 
 def test_the_start_names_only_the_rules_trl_cannot_feed():
     from trainer.backends.trl import missing_rules_line
-    from trainer.rl.health import HealthRule, default_rules
+    from trainer.run.health import HealthRule, default_rules
 
     cfg = compose_conf("backend=trl")
     line = missing_rules_line(cfg, default_rules())
@@ -372,9 +371,7 @@ def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (trial,) = study_in(tmp_path).trials
     assert trial.state.name == "COMPLETE" and trial.value is not None
-    runs = _mlflow(tmp_path).search_runs(
-        ["1"], filter_string=f"tags.`{Tag.ROLE}` = '{records.Role.TRIAL}'"
-    )
+    runs = _mlflow(tmp_path).search_runs(["1"], filter_string=f"tags.`{Tag.ROLE}` = '{Role.TRIAL}'")
     (run,) = runs  # rank 0 alone reports: one training run
     assert run.info.status == "FINISHED"
     assert run.data.params["world_size"] == "2" and run.data.params["backend"] == "trl"

@@ -111,13 +111,13 @@ def test_no_interval_is_unknown_not_a_tie_and_no_completed_seed_has_no_mean():
 
 
 def _seed_record(seed: int, state: str, value=None, reason="", baseline=0.2, steps=5):
-    from analysis.records import Replicate
+    from records.sweep import Replicate
 
     return Replicate(seed, state, value, None, steps, baseline, reason, None)
 
 
 def test_a_configurations_outcome_combines_its_seeds():
-    from analysis.records import State
+    from records.sweep import State
     from sweeper.sweep.tell import combine
 
     both = combine(

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
-from analysis import records
+from records.sweep import replicates
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def test_seeds_are_replicates_with_their_own_runs_and_a_mean(tmp_path):
     training = [r for r in runs if r.data.tags.get("sweeper.role") == "trial"]
     assert len(training) == 6
     for t in trials:
-        seeds = records.replicates(t)
+        seeds = replicates(t)
         assert [s.seed for s in seeds] == [0, 1, 2]
         assert t.value == pytest.approx(statistics.mean(s.value for s in seeds))
         mine = [r for r in training if r.data.tags["sweeper.trial_number"] == str(t.number)]

@@ -10,19 +10,20 @@ bad-input check do, loads no torch.
 Sub-packages in layers, bottom to top; each imports only its own and those below it
 (tests/test_import_graph.py checks):
 
-  base      ConfigError and one-line errors, Hydra schemas, metric names, progress bar, timer;
-            nothing
+  base      ConfigError and one-line errors, Hydra schemas, progress bar, timer; nothing
   model     Policy, log-probs, packing, KV caches, merged LoRA, micro-batches, Rollout; base
   env       tasks, rewards, prompts and chat templates; base, model
   sampling  Sampler protocol, torch and vLLM samplers, factory, model source and tiny model;
             base, model, env
-  rl        GRPO step, pipelines, losses, rl_math, health rules; base, model, env, sampling
-  run       our train loop, validation, lr, checkpoints, tracking, database
-            schema; all of the above
+  rl        GRPO step, pipelines, losses, rl_math; base, model, env, sampling
+  run       our train loop, validation, lr, checkpoints, the health rules every run is
+            checked by; all of the above
   backends  the backend switch (train, validate), TRL's backend, the run logged to MLflow
             (logged_run); all of the above
 
-`__main__` (the command line) sits on top and delegates to trainer.backends.logged_run.
+`__main__` (the command line) sits on top and delegates to trainer.backends.logged_run. Every
+layer stands on records/ (metric names, MLflow tracking, the stores), the floor below the
+trainer.
 """
 
 from trainer.base.config import register_configs

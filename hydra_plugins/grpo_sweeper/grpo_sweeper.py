@@ -1,4 +1,5 @@
-"""The Sweeper class Hydra instantiates; the work is done by the `sweeper` package.
+"""The Sweeper class Hydra instantiates, and its settings schema registered (the schema is the
+sweeper's: sweeper/plan/settings_schema.py); the work is done by the `sweeper` package.
 
 A sweep is planned and checked first (`sweeper.plan`: Hydra, Optuna and the config checks),
 then run (`sweeper.sweep.loop.SweepRunner`, which loads MLflow, PEFT and the trainer). A bad
@@ -11,11 +12,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from sweeper.plan.settings_schema import GRPOSweeperConf
+
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="grpo_optuna", node=GRPOSweeperConf, provider="grpo_sweeper"
+)
 
 
 class GRPOSweeper(Sweeper):

@@ -34,7 +34,7 @@ class SearchSampler:
 def choose_search_sampler(
     name: str, space: SearchSpace, n_trials: int, seed: int | None
 ) -> SearchSampler:
-    """name: one of hydra_plugins.grpo_sweeper.config.Sampler (checked when composed)."""
+    """name: one of sweeper.plan.settings_schema.Sampler (checked when composed)."""
     if name == "auto":
         name = "grid" if space.is_discrete else "tpe"
     if name == "grid":

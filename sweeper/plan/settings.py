@@ -13,23 +13,23 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from analysis.stats import MIN_SEEDS
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
-from sweeper import SweepError
-from trainer.rl.health import HealthRule, default_rules, rules_from_settings
-from trainer.run.database import (
+from records.database import (
     DEFAULT_RETRY_S,
     absolute_url,
     missing_driver,
     scheme,
     shown_url,
 )
+from sweeper import SweepError
+from sweeper.plan.settings_schema import GRPOSweeperConf
+from trainer.run.health import HealthRule, default_rules, rules_from_settings
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")  # Optuna's storages with heartbeats
 
 
 def resolve_url(url: str) -> str:
     """hydra.sweeper.storage as an absolute URL, so jobs started in another directory reach
-    the same file; only RDB storages (study/storage.py says why), with their driver."""
+    the same file; only RDB storages (records/optuna_storage.py says why), with their driver."""
     if "://" not in url or scheme(url) not in RDB_SCHEMES:
         raise SweepError(
             f"hydra.sweeper.storage={url!r}: not a database URL; use e.g. sqlite:///sweeps.db "

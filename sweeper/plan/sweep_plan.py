@@ -17,11 +17,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
 from sweeper import SweepError
 from sweeper.plan.preflight import check_configurations
 from sweeper.plan.search_sampler import SearchSampler, choose_search_sampler
 from sweeper.plan.settings import SweepSettings, resolve_settings
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.plan.space import SearchSpace, parse_space
 
 log = logging.getLogger(__name__)

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis.records import StudyAttr, best_trial, is_interrupted, trial_note
-from analysis.text import show_value, text_table
+from analysis.text import show_value, text_table, trial_note
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
     Verdict,
     interval_cells,
 )
+from records.sweep import StudyAttr, best_trial, is_interrupted
 
 
 @dataclass

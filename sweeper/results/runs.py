@@ -19,7 +19,9 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
 from analysis.mlflow_ui import study_link
-from analysis.records import (
+from analysis.text import show, trial_note
+from records.database import absolute_url
+from records.sweep import (
     RUN_STATUS,
     ConfigMetric,
     Role,
@@ -27,11 +29,8 @@ from analysis.records import (
     StudyMetric,
     Tag,
     TrialAttr,
-    trial_note,
 )
-from analysis.text import show
-from trainer.run.database import absolute_url
-from trainer.run.tracking import MLflowRun, tracking_client
+from records.tracking import MLflowRun, tracking_client
 
 
 def tracking_uri() -> str:

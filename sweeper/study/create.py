@@ -15,14 +15,14 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError
 from optuna.storages import RDBStorage
 
-from analysis.records import StudyAttr
+from records.sweep import StudyAttr
 from sweeper import SweepError
 from sweeper.plan.search_sampler import SearchSampler
 from sweeper.plan.settings import SweepSettings
 from sweeper.plan.space import SearchSpace
 from sweeper.results import runs
 from sweeper.study import slots
-from sweeper.study.storage import wait_for
+from sweeper.study.heartbeat import wait_for
 
 JOIN_TIMEOUT_S = 30  # how long a joining worker waits for the creator to finish setting up
 
@@ -90,7 +90,7 @@ def _create_or_join(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study,
 
 
 def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
-    """The study's user attrs (analysis/records.py); jobs read their rules here."""
+    """The study's user attrs (records/sweep.py); jobs read their rules here."""
     s = spec.settings
     return {
         StudyAttr.OBJECTIVE: s.objective,

@@ -2,7 +2,7 @@
 
 A trial is lost when its run could not end on its own account: its process or its sweeper
 died (no record, a record still RUNNING, a heartbeat that stopped), or a store stayed
-unreachable past the retry window (trainer.run.database.DatabaseUnreachable). A lost trial is
+unreachable past the retry window (records.database.DatabaseUnreachable). A lost trial is
 recorded interrupted, which counts toward nothing (not max_failure_rate), and its point is
 queued again to resume from its last checkpoint (slots.give_back). The same point lost
 `max_lost_in_a_row` times in a row, each time without saving a checkpoint, fails with the
@@ -19,11 +19,11 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial
 
-from analysis import records
-from analysis.records import Replicate, State, TrialAttr
+from records.database import DatabaseUnreachable, is_unreachable
+from records.errors import first_line
+from records.sweep import Replicate, State, TrialAttr, replicates
 from sweeper import optuna_adapter as oa
-from trainer.base.errors import fail_reason, first_line
-from trainer.run.database import DatabaseUnreachable, is_unreachable
+from trainer.base.errors import fail_reason
 
 
 def lost_reason(
@@ -60,7 +60,7 @@ def interrupt(study: optuna.Study, trial_id: int, reason: str) -> bool:
 def lose(study: optuna.Study, trial_id: int, reason: str, max_in_a_row: int) -> bool:
     """A trial lost to the infrastructure: interrupted, its point to be queued again, or
     failed with the reason once its point was lost max_in_a_row times in a row with no new
-    checkpoint. False when it had ended already. Call under storage.exclusive."""
+    checkpoint. False when it had ended already. Call under optuna_storage.exclusive."""
     trial = oa.fresh(study, trial_id)
     saved = checkpoints_saved(trial)
     seen = set(trial.user_attrs.get(TrialAttr.CHECKPOINTS_SEEN, []))
@@ -86,7 +86,7 @@ def checkpoints_saved(trial: FrozenTrial) -> set[str]:
     from trainer.run import checkpoint
 
     found = set()
-    for seed in records.replicates(trial):
+    for seed in replicates(trial):
         if seed.output_dir:
             for folder in [
                 *checkpoint.checkpoint_dirs(seed.output_dir),

@@ -10,7 +10,7 @@ moving it WAITING -> RUNNING, which the storage grants to exactly one process.
 A grid slot carries its point as fixed params; a TPE (random, gp, cmaes) slot carries none
 and the sampler fills it in when taken. An interrupted trial gives its slot back: a new
 WAITING trial with the same params (`retry_of` names the original). Whoever changes the plan
-(take, fill, fail-and-give-back) holds `storage.exclusive`, so no worker sees it half-changed.
+(take, fill, fail-and-give-back) holds `optuna_storage.exclusive`, so no worker sees it half-changed.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from optuna.distributions import (
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, Trial
 
-from analysis.records import TrialAttr, is_interrupted
+from records.optuna_storage import exclusive
+from records.sweep import TrialAttr, is_interrupted
 from sweeper import optuna_adapter as oa
 from sweeper.plan.search_sampler import SearchSampler
 from sweeper.plan.space import SearchSpace
 from sweeper.results.display import Counts
-from sweeper.study.storage import exclusive
 
 
 def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: SearchSampler) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 from hydra.core.utils import JobReturn
 from optuna.trial import Trial
 
-from analysis.records import TrialAttr
+from records.sweep import TrialAttr
 from sweeper import optuna_adapter as oa
 from sweeper.plan.settings import SweepSettings
 from sweeper.plan.space import SearchSpace, format_value

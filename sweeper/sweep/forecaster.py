@@ -12,13 +12,13 @@ from typing import Any
 
 import optuna
 
-from analysis import forecast, records
+from analysis import forecast
 from analysis.load import history
-from analysis.records import StudyAttr
+from records.metrics import stderr_of
+from records.sweep import FORECAST_HIGH, FORECAST_MEAN, StudyAttr, replicates
+from records.tracking import MLflowRun
 from sweeper import optuna_adapter as oa
-from trainer.base.metrics import stderr_of
-from trainer.rl.health import FORECAST, Action, Breach
-from trainer.run.tracking import MLflowRun
+from trainer.run.health import FORECAST, Action, Breach
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class Forecaster:
         run.log_metrics(
             step,
             {
-                records.FORECAST_MEAN: self.sign * fc.mean,
-                records.FORECAST_HIGH: self.sign * fc.high,
+                FORECAST_MEAN: self.sign * fc.mean,
+                FORECAST_HIGH: self.sign * fc.high,
             },
         )
         best = incumbent(self.trial.study)
@@ -80,7 +80,7 @@ class Forecaster:
     def other_seeds(self, client: Any) -> list[dict[int, tuple[float, float | None]]]:
         """The configuration's other seeds' eval curves so far, from their MLflow runs."""
         trial = oa.fresh(self.trial.study, oa.trial_id(self.trial))
-        runs = [r.run_id for r in records.replicates(trial) if r.seed != self.seed and r.run_id]
+        runs = [r.run_id for r in replicates(trial) if r.seed != self.seed and r.run_id]
         return [seed_curve(client, run_id, self.objective) for run_id in runs]
 
 
@@ -105,5 +105,5 @@ def incumbent(study: optuna.Study) -> tuple[int, float, float | None] | None:
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     best = max(done, key=lambda t: t.value if maximize else -t.value)
-    stderr = forecast.pooled_stderr([r.stderr for r in records.replicates(best)])
+    stderr = forecast.pooled_stderr([r.stderr for r in replicates(best)])
     return best.number, best.value, stderr

@@ -24,18 +24,30 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
-from analysis import records
-from analysis.records import Replicate, Role, State, StudyAttr, Tag, TrialAttr
 from analysis.sweep_job import training_config
+from records.database import DatabaseUnreachable, set_retry_window
+from records.metrics import EVAL_REWARD, stderr_of
+from records.optuna_storage import open_storage
+from records.sweep import (
+    WARNING_METRIC_PREFIX,
+    Replicate,
+    Role,
+    State,
+    StudyAttr,
+    Tag,
+    TrialAttr,
+    replicate_key,
+)
+from records.tracking import MLflowRun, tracking_client
 from sweeper import optuna_adapter as oa
 from sweeper.results.runs import close_trial_run, trial_run_name
-from sweeper.study.storage import open_storage
 from sweeper.sweep.forecaster import Forecaster
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
+from trainer.backends.run_params import run_params
 from trainer.base.errors import RankLost, fail_reason
-from trainer.base.metrics import EVAL_REWARD, stderr_of
-from trainer.rl.health import (
+from trainer.run.checkpoint import resumable_step
+from trainer.run.health import (
     FORECAST,
     Action,
     Breach,
@@ -44,14 +56,11 @@ from trainer.rl.health import (
     first_to_prune,
     rules_from_settings,
 )
-from trainer.run.checkpoint import resumable_step
-from trainer.run.database import DatabaseUnreachable, set_retry_window
-from trainer.run.tracking import MLflowRun, tracking_client
 
 log = logging.getLogger(__name__)
 
 # --- stopping a trial early ------------------------------------------------------
-# Health rules (trainer/rl/health.py) are our own: Optuna's `trial.report` takes one value per
+# Health rules (trainer/run/health.py) are our own: Optuna's `trial.report` takes one value per
 # step, and that value is the objective (eval reward), so rules on other metrics cannot go
 # through it. The reporter checks them after every step and raises `TrialPruned` with the
 # breach; the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays
@@ -126,7 +135,11 @@ class TrialReporter:
         elif self.record.resumed_from_step is not None:  # the tag the guess set
             self.run.remove_tag(Tag.RESUMED_FROM_STEP)
         self.record = replace(self.record, resumed_from_step=step, steps_run=step or 0)
-        self.trial.set_user_attr(records.replicate_key(self.record.seed), self.record.as_attr())
+        self.trial.set_user_attr(replicate_key(self.record.seed), self.record.as_attr())
+
+    def params(self, params: Mapping[str, Any]) -> None:
+        """What the run decided as its policy loaded (oneDNN), beside its hyperparameters."""
+        self.run.log_params(params)
 
     def _still_ours(self) -> None:
         # Taken over (another worker saw it stale and queued its point): stop writing at once.
@@ -169,7 +182,7 @@ class TrialReporter:
             self.warnings[breach.rule] = str(breach)
             log.warning("t%s warning: %s", self.trial.number, breach)
             self.run.set_tags({Tag.WARNING_PREFIX + breach.rule: str(breach)})
-            self.run.log_metrics(step, {records.WARNING_METRIC_PREFIX + breach.rule: 1.0})
+            self.run.log_metrics(step, {WARNING_METRIC_PREFIX + breach.rule: 1.0})
 
 
 def run(cfg: DictConfig) -> float:
@@ -222,9 +235,9 @@ def run_trial(cfg: DictConfig) -> float:
         resumed_from_step=resumed_from,
         device=str(cfg.model.device),
     )
-    trial.set_user_attr(records.replicate_key(cfg.seed), started.as_attr())
+    trial.set_user_attr(replicate_key(cfg.seed), started.as_attr())
     train_cfg = training_config(cfg)
-    run.log_training_config(train_cfg)
+    run.log_training_config(train_cfg, run_params(train_cfg))
     first = binding.replicate == 0
     reporter = TrialReporter(
         run,
@@ -261,7 +274,7 @@ def run_trial(cfg: DictConfig) -> float:
             if result is not None:  # what the backend loaded, had it not said so already
                 reporter.resumed(result.resumed_from_step)
             replicate = ended_replicate(reporter.record or started, reporter, result, error)
-            trial.set_user_attr(records.replicate_key(cfg.seed), replicate.as_attr())
+            trial.set_user_attr(replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)
             close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
 

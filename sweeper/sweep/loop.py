@@ -35,19 +35,19 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from analysis import records
-from analysis.records import State, StudyAttr, Tag, TrialAttr
 from analysis.text import show
 from analysis.verdict import study_verdict
-from hydra_plugins.grpo_sweeper.config import GRPOSweeperConf
+from records.database import DatabaseUnreachable
+from records.sweep import State, StudyAttr, Tag, TrialAttr, best_trial, replicates
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from sweeper.plan.preflight import one_line
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.results import display, runs
 from sweeper.results.display import final_table, progress_line, say
 from sweeper.study import slots
-from sweeper.study.storage import Heartbeat
+from sweeper.study.heartbeat import Heartbeat
 from sweeper.sweep import racing, terminator
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
@@ -60,7 +60,6 @@ from sweeper.sweep.tell import (
     tell_if_still_ours,
 )
 from sweeper.sweep.tuned import TunedFile
-from trainer.run.database import DatabaseUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,7 @@ class SweepRunner:
     def _finish(self, study: optuna.Study, status: str) -> None:
         close_runs_left_running(study)
         trials = study.get_trials(deepcopy=False)
-        best = records.best_trial(trials, self.s.maximize)
+        best = best_trial(trials, self.s.maximize)
         verdict = study_verdict(study, study.user_attrs, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
@@ -220,7 +219,7 @@ class SweepRunner:
         trial.set_user_attr(TrialAttr.OVERRIDES, self.space.overrides(trial.params))
         seeds = seeds_of(self.config.seed, self.s.seeds)
         # Seeds an interrupted run of this configuration completed are kept, not run again.
-        carried = [r.seed for r in records.replicates(trial) if r.state == State.COMPLETE]
+        carried = [r.seed for r in replicates(trial) if r.state == State.COMPLETE]
         config_run = None
         if len(seeds) > 1:
             config_run = runs.start_config_run(

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records, stats
-from analysis.records import State
+from analysis import stats
 from analysis.stats import MIN_SEEDS, look_level, mean_of, seeds_to_separate
+from records.sweep import Replicate, State, replicates
 
 
 @dataclass(frozen=True)
@@ -204,8 +204,8 @@ def minimal_difference(stderrs: Sequence[float | None]) -> float:
     return sum(known) / len(known) if known else 0.0
 
 
-def _done(trial: FrozenTrial) -> list[records.Replicate]:
-    return [r for r in records.replicates(trial) if r.state == State.COMPLETE]
+def _done(trial: FrozenTrial) -> list[Replicate]:
+    return [r for r in replicates(trial) if r.state == State.COMPLETE]
 
 
 def entry_of(trial: FrozenTrial) -> Entry:

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.run.database import defer_interrupt
+from records.database import defer_interrupt
 
 INTERRUPT_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 

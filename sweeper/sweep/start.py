@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import optuna
 
-from analysis.records import StudyAttr
+from records.database import set_retry_window
+from records.errors import StoreUnusable
+from records.optuna_storage import open_storage
+from records.sweep import StudyAttr
+from records.tracking import check_tracking_uri
 from sweeper import SweepError
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.results import runs
 from sweeper.results.display import say
 from sweeper.study.create import StudySpec, open_study
-from sweeper.study.storage import open_storage
-from trainer.run.database import set_retry_window
-from trainer.run.tracking import check_tracking_uri
-from trainer.run.validation import ConfigError
 
 
 def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
@@ -23,9 +23,9 @@ def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
     set_retry_window(s.db_retry_seconds)
     try:
         check_tracking_uri()
-    except ConfigError as e:
+        storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, patient=False)
+    except StoreUnusable as e:
         raise SweepError(str(e)) from None
-    storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, patient=False)
     spec = StudySpec(name, plan.space, search_sampler, s, experiment)
     study, parent_run_id = open_study(storage, spec)
     for line in runs.runs_link(experiment, name, study.user_attrs):

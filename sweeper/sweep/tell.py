@@ -21,19 +21,27 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records
-from analysis.records import BREACH_CONSTRAINT, Replicate, State, Tag, TrialAttr
+from records.database import calm_for
+from records.metrics import is_finite_number
+from records.optuna_storage import exclusive
+from records.sweep import (
+    BREACH_CONSTRAINT,
+    Replicate,
+    State,
+    Tag,
+    TrialAttr,
+    is_interrupted,
+    replicate_key,
+    replicates,
+)
 from sweeper import optuna_adapter as oa
 from sweeper.plan.settings import SweepSettings
 from sweeper.results import runs
 from sweeper.results.display import say
 from sweeper.study import recovery, slots
-from sweeper.study.storage import exclusive
 from sweeper.sweep.flights import InFlight
 from trainer.base.errors import fail_reason
-from trainer.base.metrics import is_finite_number
-from trainer.rl.health import is_unsafe
-from trainer.run.database import calm_for
+from trainer.run.health import is_unsafe
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +107,7 @@ def tell_outcome(
     if race:
         trial.set_user_attr(TrialAttr.RACE, race)
         say(f"[sweep {name}] t{trial.number}: {race}")
-    recorded = {r.seed: r for r in records.replicates(oa.fresh(study, oa.trial_id(trial)))}
+    recorded = {r.seed: r for r in replicates(oa.fresh(study, oa.trial_id(trial)))}
     # A seed carried over from an interrupted run has no job here (None): it completed.
     errors = {seed: ret and oa.job_error(ret) for seed, ret in flight.ended.items()}
     lost = recovery.lost_reason(errors, recorded)
@@ -124,7 +132,7 @@ def tell_outcome(
         if out.breach is not None:
             trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
             if is_unsafe(out.breach):  # a forecast's stop is no breach
-                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see records.BREACH_CONSTRAINT
+                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see BREACH_CONSTRAINT
         study.tell(trial, state=TrialState.PRUNED)
     else:
         log.warning("t%d failed: %s", trial.number, out.reason)
@@ -197,10 +205,10 @@ def give_back(study: optuna.Study, trial: FrozenTrial, name: str, killed: bool =
     reason = trial.user_attrs.get(TrialAttr.FAIL_REASON, STALE_REASON)
     # A seed stopped before it recorded itself keeps the folder and run it was to resume.
     resume_dirs, carried = dict(trial.user_attrs.get(TrialAttr.RESUME_DIRS, {})), {}
-    for rep in records.replicates(trial):
+    for rep in replicates(trial):
         resume_dirs.pop(str(rep.seed), None)
         if rep.state == State.COMPLETE:  # a seed that ended is kept, not run again
-            carried[records.replicate_key(rep.seed)] = rep.as_attr()
+            carried[replicate_key(rep.seed)] = rep.as_attr()
             continue
         runs.close_trial_run(rep.run_id, State.FAIL, reason, killed=killed)
         if rep.output_dir:
@@ -211,7 +219,7 @@ def give_back(study: optuna.Study, trial: FrozenTrial, name: str, killed: bool =
         *runs.running_trial_runs(study.study_name, trial.number),  # created, not yet recorded
     }:
         runs.close_trial_run(run_id, State.FAIL, reason, killed)
-    if not records.is_interrupted(trial):
+    if not is_interrupted(trial):
         say(f"[sweep {name}] t{trial.number} failed: {reason}")
         return
     slots.give_back(study, trial, resume_dirs, carried)
@@ -234,7 +242,7 @@ def close_runs_left_running(study: optuna.Study) -> None:
         if trial.state in (TrialState.RUNNING, TrialState.WAITING):
             live_numbers.add(trial.number)
             live_runs |= _runs_named(trial)
-        for rep in records.replicates(trial):
+        for rep in replicates(trial):
             if rep.state != State.RUNNING:
                 recorded[rep.run_id] = rep  # the newest trial's record of a run wins
     for run_id, number in left.items():
@@ -251,7 +259,7 @@ def _runs_named(trial: FrozenTrial) -> set[str]:
     resume_dirs = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).values()
     return {
         trial.user_attrs.get(TrialAttr.MLFLOW_RUN_ID),
-        *(r.run_id for r in records.replicates(trial)),
+        *(r.run_id for r in replicates(trial)),
         *(d.get("run_id") for d in resume_dirs),
     } - {None}
 

@@ -7,7 +7,7 @@ than the current best any configuration of the space could plausibly be (the reg
 configuration's own value, another trial cannot find a difference the verdict could tell
 apart, and the search stops.
 
-The noise is what the sweep already measures (analysis/records.py `Replicate`): the standard
+The noise is what the sweep already measures (records/sweep.py `Replicate`): the standard
 error of the best configuration's mean over its seeds when it has 2 or more (run-to-run noise,
 what a rerun would move), else its eval's standard error over problems (the only noise one
 seed has; smaller than run-to-run noise, so with one seed the rule stops later, not sooner).
@@ -29,8 +29,7 @@ from optuna.study import StudyDirection
 from optuna.terminator import RegretBoundEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import records
-from analysis.records import State
+from records.sweep import State, best_trial, finite_or_none, replicates
 from trainer.rl.rl_math import mean_and_stderr
 
 log = logging.getLogger(__name__)
@@ -39,12 +38,12 @@ log = logging.getLogger(__name__)
 def best_noise(best: FrozenTrial) -> tuple[float | None, str]:
     """The standard error of the best configuration's value and what it is over (None:
     nothing measured it)."""
-    seeds = [r for r in records.replicates(best) if r.state == State.COMPLETE]
-    values = [r.value for r in seeds if records.finite_or_none(r.value) is not None]
+    seeds = [r for r in replicates(best) if r.state == State.COMPLETE]
+    values = [r.value for r in seeds if finite_or_none(r.value) is not None]
     if len(values) >= 2:
         return mean_and_stderr(values)[1], f"over its {len(values)} seeds"
     if len(seeds) == 1:
-        return records.finite_or_none(seeds[0].stderr), "over its eval problems"
+        return finite_or_none(seeds[0].stderr), "over its eval problems"
     return None, ""
 
 
@@ -57,13 +56,11 @@ def stop_reason(
     already teaches the sampler where runs break), a running one none yet.
     """
     done = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE and records.finite_or_none(t.value) is not None
+        t for t in trials if t.state == TrialState.COMPLETE and finite_or_none(t.value) is not None
     ]
     if len(done) < min_trials:
         return None
-    best = records.best_trial(done, maximize)
+    best = best_trial(done, maximize)
     noise, over = best_noise(best)
     if noise is None or noise == 0:  # an exact objective: any gain is real, never stop on it
         return None

@@ -6,10 +6,9 @@ from __future__ import annotations
 import optuna
 from omegaconf import DictConfig
 
-from analysis import records
-from analysis.records import TrialAttr
-from analysis.tuned_file import tuned_notes, tuned_path, write_tuned
 from analysis.verdict import study_verdict
+from records.sweep import TrialAttr, best_trial
+from records.tuned_file import tuned_notes, tuned_path, write_tuned
 from sweeper.plan.preflight import compose
 from sweeper.plan.settings import SweepSettings
 from sweeper.results.display import say
@@ -30,7 +29,7 @@ class TunedFile:
         for the same best, as at the end, for the final verdict)."""
         if rewrite:
             self.best_written = None
-        best = records.best_trial(study.get_trials(deepcopy=False), self.s.maximize)
+        best = best_trial(study.get_trials(deepcopy=False), self.s.maximize)
         if best is None or best.number == self.best_written:
             return
         overrides = best.user_attrs[TrialAttr.OVERRIDES]

@@ -3,12 +3,18 @@
 A backend is a function `train(cfg, reporter) -> TrainResult` (trainer/run/train.py defines
 both types): it trains from the composed config, calls `reporter.report(step, metrics)` at
 step 0 (the baseline eval) and after every training step with metrics under the names of
-trainer/base/metrics.py (the reporter may raise to stop it, as a pruned sweep trial does),
+records/metrics.py (the reporter may raise to stop it, as a pruned sweep trial does),
 and returns the final eval with its per-problem rewards. The sweeper, the records, the
 verdict and the report read nothing else, so they do not care which backend trained a run.
 
-  ours  trainer.run.train: this package's trainer, one process
-  trl   trainer.backends.trl: TRL's GRPOTrainer with PEFT LoRA, one or several processes
+`backend=ours` is trainer.run.train, this package's trainer, in one process; `backend=trl` is
+TRL's GRPOTrainer with PEFT LoRA, in one or several processes. Modules:
+
+  trl          TRL's backend: config mapping, data, rewards, callback, checkpoints
+  distributed  one run over several processes (torch.distributed's launcher), either backend
+  rank         a rank of such a run, and the launcher that starts the ranks
+  logged_run   one training run logged to MLflow (`python -m trainer`, and each sweep job)
+  run_params   what a run records beside its hyperparameters (backend, version, oneDNN)
 
 This layer sits on top of the trainer's others (it may import all of them); `trainer.train`
 is `train` here.

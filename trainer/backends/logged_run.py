@@ -34,16 +34,18 @@ def train_and_log(cfg: DictConfig) -> float:
     except ConfigError as e:
         sys.exit(f"error: {e}")
     # Loaded once the settings hold, so a bad one fails before seconds of imports.
+    from records.errors import StoreUnusable
+    from records.tracking import MLflowReporter, MLflowRun, check_tracking_uri
     from trainer.backends import train
+    from trainer.backends.run_params import run_params
     from trainer.env.rewards import RewardError
-    from trainer.run.tracking import MLflowReporter, MLflowRun, check_tracking_uri
 
     try:
         check_tracking_uri()
-    except ConfigError as e:
+    except StoreUnusable as e:
         sys.exit(f"error: {e}")
     run = MLflowRun(cfg.experiment, run_name(cfg))
-    run.log_training_config(cfg)
+    run.log_training_config(cfg, run_params(cfg))
     status = "FAILED"
     try:
         result = train(cfg, MLflowReporter(run))

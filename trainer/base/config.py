@@ -15,6 +15,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from records.defaults import DEFAULT_EXPERIMENT
+
 
 @dataclass
 class TinyModelRecipe:
@@ -126,7 +128,7 @@ class TrainConfig:
     # --- KL ---
     kl_penalty_coef: float = 0.0  # advantage_t += coef * (batch mean kl - kl_t), vs reference
     kl_discount_factor: float = 0.0  # >0 adds discounted future kl terms to each token
-    kl_threshold: float = 0.01  # the KL bound the default health rules scale from (rl/health.py)
+    kl_threshold: float = 0.01  # the KL bound the default health rules scale from (run/health.py)
     # Log kl_pre_post_v1/v2 (sampler vs the learner after the step's updates) every step: one
     # no-grad forward over the step's own rollouts. Off saves that forward.
     compute_post_kl: bool = True
@@ -168,7 +170,7 @@ class TrainConfig:
 
     # --- bookkeeping ---
     output_dir: str = "outputs/run"  # adapter, resolved config and checkpoints go here
-    experiment: str = "grpo"  # MLflow experiment name
+    experiment: str = DEFAULT_EXPERIMENT  # MLflow experiment name
 
 
 PACKAGED_CONFIGS = "grpo_sweeper_conf"  # where a wheel carries conf/ (see pyproject.toml)

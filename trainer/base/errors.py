@@ -1,17 +1,13 @@
 """The error every check raises for a setting that cannot work (trainer/run/validation.py runs
-them), and how an error becomes the one line a person reads; its own module so that any layer
-(the sweeper and analysis too) can use them without importing the checks."""
+them), a failed trial's one-line reason and a lost rank; its own module so that any layer (the
+sweeper and analysis too) can use them without importing the checks. The one line itself is
+records.errors.first_line."""
+
+from records.errors import first_line
 
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the parameter, the value and the rule."""
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's first line of text (its type's name when it has none): what a person
-    reads of an error in a one-line message."""
-    lines = str(error).strip().splitlines()
-    return lines[0].strip() if lines else type(error).__name__
 
 
 def fail_reason(error: BaseException) -> str:

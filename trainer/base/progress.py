@@ -6,7 +6,7 @@ import sys
 
 from tqdm import tqdm
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 
 
 def progress(iterable, desc: str, **kwargs) -> tqdm:

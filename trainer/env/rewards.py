@@ -16,7 +16,7 @@ when the completion ended with end-of-sequence. Built in (`REWARDS`):
 
 A user's own function is a `{_target_: module.function}` entry. `RewardSet` holds the chosen
 ones with their weights; the total is the weighted sum, and each reward is logged beside it
-as `reward/<name>` (trainer/base/metrics.py).
+as `reward/<name>` (records/metrics.py).
 
 The rewards that can hang (a user's, math_verify) are bounded by `task.reward_timeout` seconds a
 call (trainer/env/reward_worker.py); the built-in regex ones run in process: they cannot hang.
@@ -29,8 +29,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainer.base import metrics as metrics_names
-from trainer.base.errors import ConfigError, first_line
+from records import metrics as metrics_names
+from records.errors import first_line
+from trainer.base.errors import ConfigError
 
 RewardFn = Callable[[Any, str, bool], float]  # (problem, completion, finished) -> reward
 

@@ -65,13 +65,12 @@ def weight_shapes(model: torch.nn.Module) -> list[tuple[int, int]]:
     return sorted(shapes)
 
 
-def decide(model: torch.nn.Module) -> tuple[bool, str]:
-    """Whether this process computes the model's large float32 linear layers in oneDNN, and
-    why; sets ENABLED. `auto` checks the model's shapes once per host, torch and shape set."""
-    global ENABLED
+def choice(model: torch.nn.Module) -> tuple[bool, str]:
+    """Whether this process should compute the model's large float32 linear layers in oneDNN,
+    and why. `auto` checks the model's shapes once per host, torch and shape set."""
     setting, shapes = mode(), weight_shapes(model)
     if not AVAILABLE or setting == "0" or not shapes:
-        use, why = (
+        return (
             False,
             (
                 "this torch has no oneDNN"
@@ -81,11 +80,9 @@ def decide(model: torch.nn.Module) -> tuple[bool, str]:
                 else "no weight that large"
             ),
         )
-    elif setting == "1":
-        use, why = True, f"{VARIABLE}=1"
-    elif tuple(shapes) in decided:
-        use, why = decided[tuple(shapes)]
-    else:
+    if setting == "1":
+        return True, f"{VARIABLE}=1"
+    if tuple(shapes) not in decided:
         try:
             use, why = onednn_check.decision(shapes, onednn_linear, F.linear)
         except Exception as e:  # an op that rejects an input on this torch: torch's path
@@ -95,6 +92,13 @@ def decide(model: torch.nn.Module) -> tuple[bool, str]:
             log.info("oneDNN for float32 linear layers: %s", why)
         else:
             log.warning("oneDNN off, torch's linear layers instead: %s", why)
+    return decided[tuple(shapes)]
+
+
+def decide(model: torch.nn.Module) -> tuple[bool, str]:
+    """`choice`, and this process computes by it from now on (sets ENABLED)."""
+    global ENABLED
+    use, why = choice(model)
     ENABLED = use
     return use, why
 
@@ -128,14 +132,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return onednn_linear(x, weight, bias)
 
 
-def checkpoint_decision(path: str) -> tuple[bool, str]:
-    """`decide` for the model in a checkpoint directory, from its shapes alone (built on the
-    meta device: no weights loaded), so a run can record the decision before it trains."""
+def checkpoint_choice(path: str) -> tuple[bool, str]:
+    """`choice` for the model in a checkpoint directory, from its shapes alone (built on the
+    meta device: no weights loaded), so a run can record it before it trains; ENABLED is left
+    as it is (the policy's own load decides)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
-    return decide(model)  # outside: the check's own tensors are real
+    return choice(model)  # outside: the check's own tensors are real
 
 
 class OneDNNLinearFunction(torch.autograd.Function):

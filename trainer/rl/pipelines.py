@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 from trainer.env.tasks import Problem
 from trainer.model.policy import Policy, collate
 from trainer.rl.pipeline_settings import groups_per_batch

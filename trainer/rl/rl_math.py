@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from trainer.base import metrics
+from records import metrics
 
 SCALE_REWARDS = ("none", "group", "batch")
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 from trainer.base.timing import timed
 from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task

@@ -28,20 +28,20 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
 from trainer.env.rewards import score_batch
 from trainer.env.tasks import Task, make_task
 from trainer.rl import rl_math
-from trainer.rl.health import HealthMonitor, default_rules
 from trainer.rl.pipelines import make_pipeline
 from trainer.rl.step import NonFiniteError
 from trainer.run.checkpoint import resume, save_checkpoint, save_final
+from trainer.run.health import HealthMonitor, default_rules
 from trainer.run.lr import make_scheduler, resolve_lr
 from trainer.run.validation import validate
 from trainer.sampling.factory import make_sampler
-from trainer.sampling.model_source import load_policy
+from trainer.sampling.model_source import load_policy, onednn_param
 from trainer.sampling.protocol import Sampler, SamplingSettings
 
 __all__ = ["NonFiniteError", "Reporter", "TrainResult", "evaluate", "train"]
@@ -58,7 +58,9 @@ class Reporter(Protocol):
 
     # Optional: `resumed(step)`, called once before the first step with the checkpoint step
     # actually loaded (None: a start from step 0), so a record made before training, which
-    # could only guess, says what was loaded (a sweep trial's).
+    # could only guess, says what was loaded (a sweep trial's); `params(params)`, called once
+    # the policy has loaded with what the run decided on this host (records.metrics'
+    # ONEDNN_PARAM), recorded beside the run's hyperparameters.
 
 
 @dataclass
@@ -78,6 +80,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     policy = load_policy(cfg)
+    report_params(reporter, {metrics_names.ONEDNN_PARAM: onednn_param(cfg)})
     task = make_task(cfg.task)
     lr = resolve_lr(cfg, policy.model.config.hidden_size)
     # fused: one kernel for all parameters instead of a dozen ops each
@@ -209,6 +212,13 @@ def evaluate(
 def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
     if reporter is not None:
         reporter.report(step, metrics)
+
+
+def report_params(reporter: Reporter | None, params: dict[str, str]) -> None:
+    """What the run decided as its policy loaded, to a reporter that records it."""
+    hook = getattr(reporter, "params", None)
+    if hook is not None:
+        hook(params)
 
 
 def report_resumed(reporter: Reporter | None, step: int | None) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from records.metrics import is_finite_number
 from trainer.base.config import BACKENDS, config_dir
 from trainer.base.errors import ConfigError
-from trainer.base.metrics import is_finite_number
 from trainer.rl.losses import LOSSES
 from trainer.rl.pipeline_settings import check as pipeline_rules
 from trainer.rl.rl_math import SCALE_REWARDS

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trainer.model import micro_batches
+from trainer.model import cpu_linear, micro_batches
 from trainer.model.policy import Policy, enable_checkpointing
 from trainer.sampling.tiny_model import build_tiny_model
 
@@ -55,6 +55,14 @@ def load_policy(cfg: DictConfig) -> Policy:
     return Policy(
         model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora, learner_batch_tokens
     )
+
+
+def onednn_param(cfg: DictConfig) -> str:
+    """on | off: whether our trainer computes this model's float32 linear layers in oneDNN on
+    this host (trainer/model/cpu_linear.py's choice, read from the checkpoint's shapes, the
+    same shapes the policy's merged copy is decided by); off a CPU or below float32."""
+    on_cpu = resolve_device(cfg.model.device).type == "cpu" and cfg.model.dtype == "float32"
+    return "on" if on_cpu and cpu_linear.checkpoint_choice(model_path(cfg))[0] else "off"
 
 
 def lora_config(cfg: DictConfig) -> LoraConfig | None:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 
 if TYPE_CHECKING:
-    from trainer.rl.health import HealthRule
+    from trainer.run.health import HealthRule
     from trainer.run.train import Reporter, TrainResult
 
 __all__ = ["train", "train_rank"]
@@ -54,7 +54,7 @@ def in_ranks(cfg: DictConfig) -> bool:
 def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]:
     """The rules this run is checked by: the sweep's (its reporter's `health_rules`), else the
     defaults a sweep prunes by."""
-    from trainer.rl.health import default_rules
+    from trainer.run.health import default_rules
 
     rules = getattr(reporter, "health_rules", None)
     return default_rules(cfg.kl_threshold) if rules is None else list(rules)

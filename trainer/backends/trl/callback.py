@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from transformers import TrainerCallback
 
+from records import metrics as metrics_names
 from trainer.backends.trl.data import TimeoutCount
-from trainer.base import metrics as metrics_names
 from trainer.run.train import NonFiniteError
 
 # TRL's logged name -> ours, where the meaning is the same; the rest go under `trl/<name>`.

@@ -18,7 +18,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from trainer.base import metrics as metrics_names
+from records import metrics as metrics_names
 from trainer.rl import rl_math
 
 

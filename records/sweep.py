@@ -1,9 +1,9 @@
 """What a sweep stores, defined once: every key, and how values go in and out of the stores.
 
-The job (sweeper/sweep/job.py), the sweep (sweeper/sweep/loop.py) and the analysis (analysis/) all read
-and write through these names and codecs; docs/records.md describes them for people. Nothing
-here talks to a store: this module only names and encodes. It lives in analysis/, the results
-layer the sweeper writes through and the analysis reads, so analysis never imports the sweeper.
+The job (sweeper/sweep/job.py), the sweep (sweeper/sweep/loop.py) and the analysis (analysis/)
+all read and write through these names and codecs; docs/records.md describes them for people.
+Nothing here talks to a store: this module only names and encodes (a record as the line a
+person reads is analysis/text.py's).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from trainer.base.config import TrainConfig
-from trainer.base.metrics import is_finite_number
+from records.metrics import is_finite_number
 
-DEFAULT_EXPERIMENT = TrainConfig.experiment
+# The node of a sweep job's config that binds it to its live trial (analysis/sweep_job.py's
+# TrialBinding): filled in by the sweeper, never a hyperparameter.
+BINDING_KEY = "trial"
 
 
 class Tag:
@@ -38,7 +39,7 @@ class Tag:
     WARNING_PREFIX = "sweeper.warning."  # + rule: a warning rule's first firing, one line
 
 
-# Metrics a sweep's job logs beside the run's own (trainer/base/metrics.py).
+# Metrics a sweep's job logs beside the run's own (records/metrics.py).
 WARNING_METRIC_PREFIX = "warning/"  # + rule: 1 at the step a warning rule first fired
 FORECAST_MEAN = "forecast/mean"  # pruner=forecast: the predicted final objective, per eval step
 FORECAST_HIGH = "forecast/high"  # and its optimistic bound at forecast_level
@@ -82,7 +83,7 @@ class StudyAttr:
 
     OBJECTIVE = "objective"
     DIRECTION = "direction"
-    HEALTH_RULES = "health_rules"  # [rule as dict], trainer.rl.health
+    HEALTH_RULES = "health_rules"  # [rule as dict], trainer.run.health
     KL_THRESHOLD = "kl_threshold"
     PRUNER = "pruner"
     PRUNER_WARMUP_STEPS = "pruner_warmup_steps"
@@ -113,7 +114,7 @@ class TrialAttr:
     OVERRIDES = "overrides"  # [key=value] that compose the trial's config
     STEPS_RUN = "steps_run"
     BASELINE = "baseline_reward"
-    PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.rl.health)
+    PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.run.health)
     FAIL_REASON = "fail_reason"
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place
     RESUME_DIRS = "resume_dirs"  # {seed: {output_dir, run_id}} a retried point continues
@@ -170,43 +171,6 @@ def replicates(trial: FrozenTrial) -> list[Replicate]:
         if key.startswith(TrialAttr.REPLICATE_PREFIX) and isinstance(value, Mapping)
     ]
     return sorted(found, key=lambda r: r.seed)
-
-
-def breach_text(reason: Mapping[str, Any]) -> str:
-    """A stored prune reason as the one line people read (trainer.rl.health.Breach's text)."""
-    from trainer.rl.health import Breach
-
-    try:
-        return str(Breach.from_dict(reason))
-    except (KeyError, TypeError, ValueError):  # a record written by an older version
-        return ", ".join(f"{k}={v}" for k, v in reason.items())
-
-
-def trial_note(trial: FrozenTrial) -> str:
-    """The one-line why of a pruned, failed or re-queued trial, and the warnings its seeds
-    recorded ('' when there is nothing to say)."""
-    attrs = trial.user_attrs
-    if trial.state == TrialState.FAIL:
-        return str(attrs.get(TrialAttr.FAIL_REASON, "failed (no reason recorded)"))
-    if trial.state == TrialState.WAITING and TrialAttr.RETRY_OF in attrs:
-        return f"queued again (retry of t{attrs[TrialAttr.RETRY_OF]})"
-    notes = [f"warning {line}" for line in trial_warnings(trial)]
-    if trial.state == TrialState.PRUNED:
-        reason = attrs.get(TrialAttr.PRUNE_REASON)
-        why = (
-            breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
-        )
-        notes.insert(0, why)
-    return "; ".join(notes)
-
-
-def trial_warnings(trial: FrozenTrial) -> list[str]:
-    """Each warning rule's first line over the trial's seeds (a rule once, from its first seed)."""
-    lines: dict[str, str] = {}
-    for replicate in replicates(trial):
-        for line in replicate.warnings:
-            lines.setdefault(line.split(":", 1)[0], line)
-    return list(lines.values())
 
 
 def is_interrupted(trial: FrozenTrial) -> bool:

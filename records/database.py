@@ -1,8 +1,8 @@
 """Databases that may blink: the driver a URL needs, retries while one is unreachable, and
 locks that serialize what several processes must not do at once (create a schema).
 
-Shared by both stores a sweep writes: Optuna's storage (sweeper/study/storage.py) and MLflow's
-tracking store (trainer/run/tracking.py). A restart, a failover or a network blip drops every
+Shared by both stores a sweep writes: Optuna's storage (records/optuna_storage.py) and MLflow's
+tracking store (records/tracking.py). A restart, a failover or a network blip drops every
 connection; SQLAlchemy's pool_pre_ping replaces a dead pooled connection, and `retried`
 waits out the seconds the server is away, for a bounded window, then says the database is
 unreachable in one line.
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trainer.base.errors import first_line
-from trainer.run.locks import flocked
+from records.errors import first_line
+from records.locks import flocked
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any
 
-from trainer.base import metrics
+from records import metrics
+from records.metrics import is_finite_number
 from trainer.base.config import TrainConfig
-from trainer.base.metrics import is_finite_number
 
 
 class Check(str, Enum):

@@ -1,4 +1,5 @@
-"""The names of the metrics the trainer logs, defined once (docs/records.md lists them).
+"""The names of the metrics the trainer logs, defined once (docs/records.md lists them), and
+of the params a run decides as it loads (beside its hyperparameters).
 
 Reporters, the sweeper's health rules and the analysis import these rather than spelling
 them again.
@@ -64,6 +65,9 @@ EVAL_TRUNCATED = "eval/truncated"  # share of sampled eval completions cut at ma
 # Mean reward of the sampled eval completions that ended before max_tokens (absent when none
 # did): what the model answers, apart from learning to answer within max_tokens.
 EVAL_UNTRUNCATED = "eval/untruncated_reward"
+
+# Params a run decides on this host and records beside its hyperparameters.
+ONEDNN_PARAM = "onednn"  # on | off: float32 linear layers computed through oneDNN
 
 
 def stderr_of(mean_metric: str) -> str:

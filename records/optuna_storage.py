@@ -1,48 +1,68 @@
-"""Where a study lives: the storage URL, opening it safely (and retried), the plan's lock,
-heartbeats.
+"""Where a study lives: Optuna's RDB storage opened safely and every call retried while the
+database is unreachable (records/database.py), writes whose reply was lost found again instead of
+made twice, and the plan's lock. The sweep writes through it, the analysis reads through it: a
+report on a busy or restarting store waits as a trial does.
 
 Only RDB storages (SQLite, PostgreSQL, MySQL) are accepted: they are the ones Optuna gives
 heartbeats, and heartbeats are how a restarted sweep tells a trial whose process died
-(kill -9, a lost host) from one another worker is still running.
+(kill -9, a lost host) from one another worker is still running (sweeper/study/heartbeat.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import threading
-import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import optuna
-from optuna.storages import RDBStorage
+from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import SQLAlchemyError
 
-from analysis.stores import ResilientRDBStorage
-from sweeper import SweepError
-from sweeper import optuna_adapter as oa
-from trainer.base.errors import first_line
-from trainer.run.database import (
+from records.database import (
     DatabaseUnreachable,
     advisory_lock,
-    note_if_slow,
-    note_store_failure,
     retried,
+    retrying,
     schema_lock,
     scheme,
     shown_url,
     sqlite_path,
 )
-from trainer.run.locks import flocked
+from records.errors import StoreUnusable, first_line
+from records.locks import flocked
 
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
-BEAT_RETRY_S = 1.0  # a heartbeat that failed is tried again this soon
 PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
+
+
+class ResilientRDBStorage(RDBStorage):
+    """Optuna's RDB storage, each call retried while the database is unreachable; `store`
+    names it in messages."""
+
+    def __init__(self, url: str, *args: Any, store: str | None = None, **kwargs: Any) -> None:
+        self.store = store or f"the Optuna storage {shown_url(url)!r}"
+        super().__init__(url, *args, **kwargs)
+
+
+# Every call that reaches the database: BaseStorage's API, the heartbeats, and the private
+# methods Optuna's _CachedStorage (which load_study puts in front of an RDB storage) calls on
+# its backend directly.
+for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
+    "record_heartbeat",
+    "_get_stale_trial_ids",
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_trials",
+]:
+    if callable(getattr(RDBStorage, _name)):
+        method = getattr(RDBStorage, _name)
+        setattr(ResilientRDBStorage, _name, retrying(method, lambda self: self.store))
 
 
 def store_name(url: str) -> str:
@@ -113,7 +133,7 @@ def open_storage(
     patient=False: a database that cannot be reached now fails at once, as bad input does
     (the sweep's first contact). Jobs are patient: the sweep reached it a moment ago.
     Workers started together on a fresh database would race to create Optuna's tables: one
-    at a time creates or checks them (trainer.run.database.schema_lock).
+    at a time creates or checks them (records.database.schema_lock).
     """
     path = sqlite_path(url)
     if path:
@@ -144,7 +164,7 @@ def open_storage(
         reason = first_line(e.__cause__)
     except Exception as e:  # sqlalchemy, driver and OS errors alike: say which URL failed
         reason = first_line(e)
-    raise SweepError(f"{store_name(url)}: cannot open it ({reason})") from None
+    raise StoreUnusable(f"{store_name(url)}: cannot open it ({reason})") from None
 
 
 @contextlib.contextmanager
@@ -169,64 +189,3 @@ def exclusive(url: str) -> Iterator[None]:
             yield
     else:
         yield
-
-
-class Heartbeat:
-    """Records a heartbeat for each trial in flight, from the sweeper's process.
-
-    The sweeper outlives every trial it launched (it waits for the launcher), so its
-    heartbeat stops exactly when nothing will tell the study how those trials ended.
-    `in_flight` is asked at every beat: trials start and end while it runs.
-    """
-
-    def __init__(self, study: optuna.Study, in_flight: Callable[[], Iterable[int]]) -> None:
-        self.study = study
-        self.in_flight = in_flight
-        self.interval = oa.storage_of(study).get_heartbeat_interval()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="optuna-heartbeat", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        if self.interval is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():  # a beat waiting for a lost database is not waited for
-            self._thread.join(timeout=self.interval)
-
-    def beat(self, trial_ids: Iterable[int]) -> None:
-        """At once, e.g. when a trial starts: a trial with no heartbeat is never found stale."""
-        if self.interval is not None:
-            for trial_id in trial_ids:
-                oa.record_heartbeat(self.study, trial_id)
-
-    def _beat(self) -> None:
-        # The RDB storage itself: its unretried method needs RDBStorage's session, which the
-        # study's cache lacks (called on the cache, every beat failed and was swallowed).
-        storage = oa.database_of(self.study)
-        pause = self.interval
-        while not self._stop.wait(pause):
-            try:
-                for trial_id in list(self.in_flight()):
-                    # Not retried here: a thread that waited out a lost database would log
-                    # after the sweep's last line.
-                    started = time.monotonic()
-                    RDBStorage.record_heartbeat(storage, trial_id)
-                    note_if_slow(started)
-                pause = self.interval
-            except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
-                # a second, not an interval later, so busy moments never add up to the grace period
-                note_store_failure()
-                pause = min(BEAT_RETRY_S, self.interval)
-
-
-def wait_for(predicate: Callable[[], bool], poll_s: float, timeout_s: float) -> bool:
-    """Poll until predicate() holds or timeout_s passes; True if it held."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(poll_s)
-    return True

@@ -1,4 +1,5 @@
-"""Settings of the GRPO sweeper (`hydra.sweeper.*`), registered as `hydra/sweeper=grpo_optuna`.
+"""Settings of the GRPO sweeper (`hydra.sweeper.*`), the schema Hydra's plugin registers as
+`hydra/sweeper=grpo_optuna` (hydra_plugins/grpo_sweeper/grpo_sweeper.py).
 
 Every field can be set on the command line, e.g. `hydra.sweeper.n_trials=20`. Choices are
 Enums, so a misspelt one fails when Hydra composes the config; the other rules are checked
@@ -10,11 +11,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
-from trainer.base.metrics import EVAL_REWARD
-
-DEFAULT_STORAGE = "sqlite:///sweeps.db"  # storage's default, which `analysis` reads too
+from records.defaults import DEFAULT_STORAGE
+from records.metrics import EVAL_REWARD
 
 
 class Sampler(str, Enum):
@@ -105,7 +103,7 @@ class GRPOSweeperConf:
     # Seconds every store (Optuna's storage, MLflow's tracking database) is retried, with
     # backoff, once it stops answering; then the worker stops with one line saying the
     # database is unreachable, and the same command resumes. null: 120 s
-    # (trainer/run/database.py: DEFAULT_RETRY_S). A store that fails at the sweep's start is bad
+    # (records/database.py: DEFAULT_RETRY_S). A store that fails at the sweep's start is bad
     # input: it fails at once.
     db_retry_seconds: float | None = None
     # A trial lost to the infrastructure (its database stayed away, its process or worker
@@ -118,7 +116,7 @@ class GRPOSweeperConf:
     # --- pruning ---
     # Health rules checked after every training step; the first that fires prunes the trial
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of
-    # trainer/rl/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
+    # trainer/run/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
     # below_baseline, below_peak, ratio_below, ratio_above), bound, patience, warmup_steps,
     # advice, action (prune, warn), guard (none, not_rising, rising), guard_metric, rise.
@@ -129,8 +127,3 @@ class GRPOSweeperConf:
     # pruner=forecast: a trial is pruned once its optimistic forecast at this one-sided level
     # falls short of the best completed configuration's pessimistic value at the same level.
     forecast_level: float = 0.75  # calibrated in bench/FORECAST.md
-
-
-ConfigStore.instance().store(
-    group="hydra/sweeper", name="grpo_optuna", node=GRPOSweeperConf, provider="grpo_sweeper"
-)

@@ -28,8 +28,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from trainer.base.errors import ConfigError, first_line
-from trainer.run.database import (
+from records.database import (
     DatabaseUnreachable,
     missing_driver,
     retried,
@@ -39,6 +38,7 @@ from trainer.run.database import (
     shown_url,
     sqlite_path,
 )
+from records.errors import StoreUnusable, first_line
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
 BOOKKEEPING_KEYS = ("output_dir", "resume", "experiment")
@@ -60,35 +60,6 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
     return flat
 
 
-def backend_params(cfg: DictConfig) -> dict[str, Any]:
-    """Which trainer ran: `backend` (ours|trl), its package's version, and the processes one
-    run spans; recorded on every training run so a sweep's runs say what trained them."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    package = {"trl": "trl"}.get(cfg.backend.name, "grpo-sweeper")
-    try:
-        backend_version = version(package)
-    except PackageNotFoundError:  # a source tree run without installing it
-        backend_version = "unknown"
-    return {
-        "backend": cfg.backend.name,
-        "backend_version": backend_version,
-        "world_size": cfg.backend.processes,
-        "onednn": onednn_param(cfg),
-    }
-
-
-def onednn_param(cfg: DictConfig) -> str:
-    """on | off: whether our trainer computes this model's float32 linear layers in oneDNN on
-    this host (trainer/model/cpu_linear.py decides); off for TRL's trainer and off a CPU."""
-    from trainer.model.cpu_linear import checkpoint_decision
-    from trainer.sampling.model_source import model_path, resolve_device
-
-    on_cpu = resolve_device(cfg.model.device).type == "cpu" and cfg.model.dtype == "float32"
-    use = cfg.backend.name == "ours" and on_cpu and checkpoint_decision(model_path(cfg))[0]
-    return "on" if use else "off"
-
-
 def check_tracking_uri(uri: str | None = None) -> str:
     """Fail in one line, before any run starts, when the tracking store cannot be used.
 
@@ -101,11 +72,11 @@ def check_tracking_uri(uri: str | None = None) -> str:
     if file is not None:  # a local file: check where it goes, without creating it yet
         folder = file.absolute().parent
         if not (folder.is_dir() and os.access(folder, os.W_OK)):
-            raise ConfigError(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
+            raise StoreUnusable(f"MLFLOW_TRACKING_URI={uri!r}: cannot write in {str(folder)!r}")
         return uri
     missing = missing_driver(uri) if _is_database(uri) else None
     if missing:
-        raise ConfigError(f"{_store(uri)}: {missing}")
+        raise StoreUnusable(f"{_store(uri)}: {missing}")
     try:
         if scheme in ("http", "https"):
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
@@ -116,7 +87,7 @@ def check_tracking_uri(uri: str | None = None) -> str:
     except Exception as e:  # any failure here means no run could be logged
         cause = e.__cause__ if isinstance(e, DatabaseUnreachable) else e
         reason = first_line(getattr(cause, "reason", None) or cause)[:200]
-        raise ConfigError(f"{_store(uri)}: cannot use this tracking store ({reason})") from None
+        raise StoreUnusable(f"{_store(uri)}: cannot use this tracking store ({reason})") from None
     return uri
 
 
@@ -132,7 +103,7 @@ def _client(uri: str) -> MlflowClient:
     A database store (SQLite, PostgreSQL, MySQL) is created and migrated by MLflow on first
     use; processes doing it at once fail ("duplicate column", a duplicate key in pg_type),
     and workers of a sweep start together, so creation happens under the schema lock. Every
-    call is retried while the database is unreachable (trainer/run/database.py). An HTTP tracking
+    call is retried while the database is unreachable (records/database.py). An HTTP tracking
     server is left to MLflow's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
     """
     if not _is_database(uri):
@@ -309,9 +280,11 @@ class MLflowRun:
         """The files of `local_dir` as the run's artifacts, under `artifact_path`."""
         self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
 
-    def log_training_config(self, cfg: DictConfig) -> None:
-        """Every resolved hyperparameter as a param, and the whole config as config.yaml."""
-        self.log_params({**hyperparameters(cfg), **backend_params(cfg)})
+    def log_training_config(self, cfg: DictConfig, facts: Mapping[str, Any]) -> None:
+        """Every resolved hyperparameter as a param, the facts the trainer hands in (which
+        backend trains it: trainer/backends/run_params.py) beside them, and the whole config
+        as config.yaml."""
+        self.log_params({**hyperparameters(cfg), **facts})
         self.save_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
     @property
@@ -346,3 +319,6 @@ class MLflowReporter:
 
     def report(self, step: int, metrics: Mapping[str, float]) -> None:
         self.run.log_metrics(step, metrics)
+
+    def params(self, params: Mapping[str, Any]) -> None:
+        self.run.log_params(params)

@@ -19,9 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial
 
-from analysis.records import TrialAttr
-from analysis.sweep_job import BINDING_KEY
-from trainer.run.tracking import BOOKKEEPING_KEYS
+from records.sweep import BINDING_KEY, TrialAttr
+from records.tracking import BOOKKEEPING_KEYS
 
 TUNED_DIR = "tuned"
 SWEEP_ONLY_GROUPS = ("search", "schema")  # the search's presets, the job's own schema

@@ -1,0 +1,17 @@
+"""What runs and sweeps record, and the stores that keep it: the ground floor the trainer, the
+sweeper and the analysis all stand on. It imports none of them (tests/test_import_graph.py).
+
+  metrics         the per-step metric names a training run logs
+  sweep           what a sweep records: MLflow tags and metrics, Optuna attrs, trial states,
+                  one seed's record (Replicate) and how it goes in and out of a store
+  defaults        where records go unless a setting says otherwise (storage, experiment)
+  errors          an error as the one line a person reads; a store set so it cannot be used
+  database        databases that may blink: drivers, retries, the schema and advisory locks
+  locks           flock on a local file several processes share
+  tracking        MLflow: every write of the project, through a client that outlasts a restart
+  optuna_storage  Optuna's storage opened safely, every call retried, the plan's lock
+  tuned_file      tuned/<study>.yaml: the best trial's settings, written and read back
+
+docs/records.md describes every record for people. Nothing is imported here: `import
+records.metrics` loads that module alone.
+"""
