@@ -20,8 +20,11 @@ from records.sweep import WARNING_METRIC_PREFIX, Tag, TrialAttr
 from trainer.run.health import HealthMonitor, failure_mode_rules
 
 TESTS = Path(__file__).resolve().parent
-# Short and small: the rules with patience 5 need 5 steps after step 0.
-SHORT = ["max_steps=6", "batch_size=8", "group_size=4", "eval_every=3", "task.eval_size=16"]
+# Short and small: the rules with patience 5 need 5 steps after step 0. The eval is 64
+# problems: on 16, one healthy run's baseline drew 7 of 16 and its step-3 eval 4 of 16 (the
+# tiny model as built on an Intel Xeon host), a drop eval_collapse prunes; on 64 the same run
+# reads 0.23, 0.27, 0.28.
+SHORT = ["max_steps=6", "batch_size=8", "group_size=4", "eval_every=3", "task.eval_size=64"]
 
 
 def sweep_with_user_rewards(cwd, *args: str):
@@ -99,12 +102,14 @@ def test_a_reward_that_scores_every_completion_alike_is_flagged(tmp_path):
 @pytest.mark.slow
 def test_a_reward_paying_for_length_is_flagged_as_a_length_blowup(tmp_path):
     """A user reward paying for length; temperature 1.5 spreads the first (2-3 digit)
-    completions' lengths so groups differ, and lr=1e-2 learns to stop ending within 10 steps.
+    completions' lengths so groups differ, and lr=1e-2 learns to stop ending within 16 steps
+    (the mean length passed 3 x its first value at step 11 on an Intel Xeon host, by step 10
+    on the AMD hosts before).
     That lr moves the policy past the post-update KL rule first, so the KL bound is raised
     (kl_threshold=10) to let the run live long enough to blow up."""
     done = sweep_with_user_rewards(
         tmp_path, "task.rewards=[{_target_:user_rewards.longer_is_better}]", "temperature=1.5",
-        "lr=1e-2", "max_tokens=32", "hydra.sweeper.kl_threshold=10", "max_steps=10",
+        "lr=1e-2", "max_tokens=32", "hydra.sweeper.kl_threshold=10", "max_steps=16",
         "batch_size=8", "group_size=4", "eval_every=0", "task.eval_size=16",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -162,10 +162,12 @@ def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
 
 @pytest.mark.slow
 def test_a_forecast_sweep_logs_the_forecast_at_each_eval_step(tmp_path):
-    """Evals at 0, 2, 4, 6: a forecast needs two points and none is made at the last step."""
+    """Evals at 0, 2, 4, 6: a forecast needs two points and none is made at the last step.
+    Health rules off (`health=[]`): what the run's curve does cannot stop it, and with no
+    incumbent the forecast prunes nothing, so the test reads the forecast alone."""
     done = run_sweep(
         tmp_path, "max_steps=6", "eval_every=2", "batch_size=8", "group_size=4",
-        "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+        "task.eval_size=16", "hydra.sweeper.pruner=forecast", "hydra.sweeper.health=[]",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (trial,) = study_in(tmp_path).trials
@@ -233,10 +235,12 @@ def test_no_incumbent_is_said_once_per_trial(caplog):
 @pytest.mark.slow
 def test_a_later_seed_forecasts_the_configurations_pooled_curve(tmp_path):
     """Two seeds, run one after the other: seed 1's forecast at step 2 is the forecast of the
-    mean of both seeds' evals at steps 0 and 2 (read back from their MLflow runs)."""
+    mean of both seeds' evals at steps 0 and 2 (read back from their MLflow runs). Health
+    rules off, as above: neither seed can be stopped by its own curve."""
     done = run_sweep(
         tmp_path, "hydra.sweeper.seeds=2", "max_steps=4", "eval_every=2", "batch_size=8",
         "group_size=4", "task.eval_size=16", "hydra.sweeper.pruner=forecast",
+        "hydra.sweeper.health=[]",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (trial,) = study_in(tmp_path).trials
