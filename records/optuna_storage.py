@@ -40,18 +40,68 @@ CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited o
 PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
 
 
+# A template trial (a queued slot) carries this key: a creation retried after its reply was
+# lost finds the trial it already made instead of queueing the slot twice.
+WRITE_KEY = "grpo_sweeper_write_key"
+
+
 class ResilientRDBStorage(RDBStorage):
     """Optuna's RDB storage, each call retried while the database is unreachable; `store`
-    names it in messages."""
+    names it in messages. The two writes below also find their own commit when its reply was
+    lost, so a retry never makes it twice."""
 
     def __init__(self, url: str, *args: Any, store: str | None = None, **kwargs: Any) -> None:
         self.store = store or f"the Optuna storage {shown_url(url)!r}"
         super().__init__(url, *args, **kwargs)
 
+    def _create_new_trial(
+        self, study_id: int, template_trial: FrozenTrial | None = None
+    ) -> FrozenTrial:
+        if template_trial is not None:
+            key = uuid.uuid4().hex
+            template_trial = copy.copy(template_trial)
+            template_trial.system_attrs = {**template_trial.system_attrs, WRITE_KEY: key}
 
-# Every call that reaches the database: BaseStorage's API, the heartbeats, and the private
-# methods Optuna's _CachedStorage (which load_study puts in front of an RDB storage) calls on
-# its backend directly.
+        def applied() -> tuple[bool, FrozenTrial | None]:
+            if template_trial is None:
+                return False, None
+            made = [
+                t
+                for t in RDBStorage.get_all_trials(self, study_id, deepcopy=False)
+                if t.system_attrs.get(WRITE_KEY) == key
+            ]
+            return bool(made), made[0] if made else None
+
+        return retried(
+            lambda: RDBStorage._create_new_trial(self, study_id, template_trial),
+            self.store,
+            applied=applied,
+        )
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        """A state already stored as asked (with the same values) was this call's own commit:
+        a claim (WAITING -> RUNNING) is made under the plan's lock, a tell by the trial's
+        owner."""
+
+        def applied() -> tuple[bool, bool]:
+            trial = RDBStorage.get_trial(self, trial_id)
+            same = trial.state == state and (
+                values is None or list(trial.values or []) == list(values)
+            )
+            return same, True
+
+        return retried(
+            lambda: RDBStorage.set_trial_state_values(self, trial_id, state, values),
+            self.store,
+            applied=applied,
+        )
+
+
+# Every other call that reaches the database, retried as it is: BaseStorage's API, the
+# heartbeats, and the private methods Optuna's _CachedStorage (which load_study puts in front
+# of an RDB storage) calls on its backend directly.
 for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
     "record_heartbeat",
     "_get_stale_trial_ids",
@@ -60,7 +110,7 @@ for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
     "_get_best_trial_id",
     "_get_trials",
 ]:
-    if callable(getattr(RDBStorage, _name)):
+    if callable(getattr(RDBStorage, _name)) and _name not in vars(ResilientRDBStorage):
         method = getattr(RDBStorage, _name)
         setattr(ResilientRDBStorage, _name, retrying(method, lambda self: self.store))
 
@@ -68,58 +118,6 @@ for _name in [n for n in vars(BaseStorage) if not n.startswith("_")] + [
 def store_name(url: str) -> str:
     """How messages name the study's store."""
     return f"hydra.sweeper.storage={shown_url(url)!r}"
-
-
-# A template trial (a queued slot) carries this key: a creation retried after its reply was
-# lost finds the trial it already made instead of queueing the slot twice.
-WRITE_KEY = "grpo_sweeper_write_key"
-
-
-def _create_new_trial(
-    self: RDBStorage, study_id: int, template_trial: FrozenTrial | None = None
-) -> FrozenTrial:
-    if template_trial is not None:
-        key = uuid.uuid4().hex
-        template_trial = copy.copy(template_trial)
-        template_trial.system_attrs = {**template_trial.system_attrs, WRITE_KEY: key}
-
-    def applied() -> tuple[bool, FrozenTrial | None]:
-        if template_trial is None:
-            return False, None
-        made = [
-            t
-            for t in RDBStorage.get_all_trials(self, study_id, deepcopy=False)
-            if t.system_attrs.get(WRITE_KEY) == key
-        ]
-        return bool(made), made[0] if made else None
-
-    return retried(
-        lambda: RDBStorage._create_new_trial(self, study_id, template_trial),
-        self.store,
-        applied=applied,
-    )
-
-
-def _set_trial_state_values(
-    self: RDBStorage, trial_id: int, state: TrialState, values: Sequence[float] | None = None
-) -> bool:
-    """A state already stored as asked (with the same values) was this call's own commit:
-    a claim (WAITING -> RUNNING) is made under the plan's lock, a tell by the trial's owner."""
-
-    def applied() -> tuple[bool, bool]:
-        trial = RDBStorage.get_trial(self, trial_id)
-        same = trial.state == state and (values is None or list(trial.values or []) == list(values))
-        return same, True
-
-    return retried(
-        lambda: RDBStorage.set_trial_state_values(self, trial_id, state, values),
-        self.store,
-        applied=applied,
-    )
-
-
-ResilientRDBStorage._create_new_trial = _create_new_trial
-ResilientRDBStorage.set_trial_state_values = _set_trial_state_values
 
 
 def open_storage(
