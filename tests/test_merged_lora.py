@@ -8,9 +8,11 @@ from conftest import PROMPTS, learner_kl, moved_adapter
 
 from trainer.base.config import TrainConfig
 from trainer.model import packing
+from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.merged_lora import MergedLoRA, MergedLoRAFunction
-from trainer.model.policy import Policy, collate, token_logprobs
+from trainer.model.policy import Policy
 from trainer.model.rollout import Rollout
+from trainer.model.token_batch import collate
 from trainer.rl import rl_math
 from trainer.sampling.model_source import load_policy
 from trainer.sampling.protocol import SamplingSettings

@@ -12,7 +12,8 @@ Simplified, stated plainly: one reward per completion (no per-token rewards), on
 each batch, the sampler's log-probs are the importance ratio's old policy (not recomputed), no
 value model. Left out of this reading, the speed: micro-batches sized to memory, packed
 groups, the shared prompt cache, the chunked output layer, merged LoRA and oneDNN all sit
-behind `Policy.logprobs` / `Policy.learner_pieces` (trainer/model/), with a plain reference
+behind `Policy.logprobs` / `Policy.learner_pieces` (what they compute is said in plain words in
+trainer/model/policy.py; trainer/model/fast_logprobs.py runs them), with a plain reference
 path (trainer/model/plain_logprobs.py) tested equal.
 """
 
@@ -122,7 +123,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         cfg.max_steps,
         lr,
         cfg.batch_size * cfg.group_size,
-        policy.learner_batch_tokens,
+        policy.passes.learner_batch_tokens,
     )
     metrics: dict[str, float] = {}
     last_eval, per_problem = baseline, {}
