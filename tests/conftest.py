@@ -26,7 +26,8 @@ from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 import trainer  # noqa: F401  (registers the config schemas before composing)
-from trainer.model.policy import collate, token_logprobs
+from trainer.model.fast_logprobs import token_logprobs
+from trainer.model.token_batch import collate
 from trainer.rl import rl_math
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")

@@ -1,4 +1,4 @@
-"""The bad-input table of the README: each row's command fails before any trial starts, with
+"""The bad-input table of docs/sweeping.md: each row's command fails before any trial starts, with
 the message shown there, and leaves no study and no MLflow store behind."""
 
 import json

@@ -23,7 +23,8 @@ from records.metrics import EVAL_REWARD
 from records.sweep import State, StudyAttr, Tag, replicates
 from sweeper.sweep import job
 from trainer.model import packing
-from trainer.model.policy import collate, token_logprobs
+from trainer.model.fast_logprobs import token_logprobs
+from trainer.model.token_batch import collate
 from trainer.run import checkpoint
 from trainer.run.lr import make_scheduler
 from trainer.run.train import train

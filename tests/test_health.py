@@ -27,11 +27,11 @@ from trainer.run.train import train
 KL = HealthRule("kl", "kl_pre_post_v2", Check.above, 0.01, patience=2, warmup_steps=1)
 
 
-def test_the_readme_quotes_the_default_rules():
-    """Each default rule's row in the README says its metric, bound, patience and advice."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_health_guide_quotes_the_default_rules():
+    """Each default rule's row in docs/health.md says its metric, bound, patience and advice."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "health.md").read_text()
     rows = {
-        line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| `")
+        line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| `")
     }
     for rule in default_rules(0.01):
         row = rows[f"`{rule.name}`"]

@@ -1,7 +1,8 @@
 """The project's import graph, read from the source with `ast`: no cycle, the packages in
 their layers (records, what runs and sweeps record and the stores that keep it, at the bottom;
 the trainer on it, analysis above, the sweeper on top, Hydra's plugin over all), the trainer's
-sub-packages in theirs (TRAINER_LAYERS, bottom first) and the sweeper's stages in theirs
+sub-packages in theirs (TRAINER_LAYERS, bottom first), the algorithm (trainer/rl/) reading of
+trainer/model only the policy's contract (POLICY_CONTRACT), and the sweeper's stages in theirs
 (SWEEPER_STAGES).
 
 Every import counts, including those inside functions and under `if TYPE_CHECKING:`: a lazy
@@ -36,6 +37,10 @@ TRAINER_LAYERS = ["base", "model", "env", "sampling", "rl", "run", "backends"]
 # The trainer's modules outside the layers: the package (it registers the schemas) and the
 # command line, both on top.
 TRAINER_TOP = {"trainer", "trainer.__main__"}
+# What trainer/rl/ may import of trainer/model: the policy and what its passes compute, the
+# tensors they take and the rollouts those are made of; never the speed machinery behind them
+# (trainer/model/__init__.py says which module is which).
+POLICY_CONTRACT = {"trainer.model.policy", "trainer.model.token_batch", "trainer.model.rollout"}
 
 
 def _module_name(path: Path) -> str:
@@ -261,6 +266,17 @@ def test_the_trainer_layer_check_catches_an_upward_import():
 def test_every_sub_package_is_a_layer(package, layers):
     found = {path.parent.name for path in (ROOT / package).glob("*/__init__.py")}
     assert found == set(layers)
+
+
+def test_the_algorithm_imports_only_the_policys_contract():
+    machinery = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.startswith("trainer.rl")
+        for target in targets
+        if target.startswith("trainer.model") and target not in POLICY_CONTRACT
+    )
+    assert not machinery, "\n".join(machinery)
 
 
 def test_the_settings_schema_hydra_scans_imports_only_names():

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from trainer.model import logprobs, micro_batches, packing
+from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.micro_batches import split_rows
-from trainer.model.policy import collate, token_logprobs
+from trainer.model.token_batch import collate
 from trainer.rl.losses import LOSSES
 from trainer.rl.rl_math import minibatch_rows
 from trainer.rl.step import Groups, backward, prepare
@@ -78,7 +79,7 @@ def gradients(cfg, policy, rollouts) -> tuple[list[torch.Tensor], torch.Tensor, 
         p.grad = None
     backward(cfg, policy, prepared, rows)
     grads = [p.grad.clone() for p in policy.trainable_parameters()]
-    return grads, prepared.advantages_NT, len(policy.micro_batches(prepared.batch, rows))
+    return grads, prepared.advantages_NT, len(policy.passes.micro_batches(prepared.batch, rows))
 
 
 @pytest.mark.parametrize("path", ["packed", "shared-cache"])
@@ -104,7 +105,7 @@ def test_micro_batches_give_the_whole_minibatchs_gradients(
     # 5 positions (the tiny vocabulary fits one chunk otherwise).
     width = max(len(r.completion_ids) for r in rollouts)
     monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", 5 * policy.tokenizer.vocab_size)
-    monkeypatch.setattr(policy, "learner_batch_tokens", 3 * width + 4)
+    monkeypatch.setattr(policy.passes, "learner_batch_tokens", 3 * width + 4)
     split, split_adv, num_pieces = gradients(cfg, policy, rollouts)
     assert num_pieces >= 3
     assert torch.allclose(split_adv, whole_adv, rtol=0, atol=1e-12)  # the reference, in pieces
@@ -200,7 +201,7 @@ def test_on_smollm2_the_output_layer_in_chunks_gives_the_full_log_softmaxs_gradi
     results = []
     for chunk_elements, budget in ((10**9, 10**6), (3 * 49_152, 14)):
         monkeypatch.setattr(logprobs, "CHUNK_ELEMENTS", chunk_elements)
-        policy.learner_batch_tokens = budget
+        policy.passes.learner_batch_tokens = budget
         groups = Groups([None, None], rollouts, torch.tensor([[1.0, 0.0], [0.0, 0.5]]), [0, 0], 0.0)
         prepared = prepare(cfg, policy, groups)
         for p in policy.trainable_parameters():
@@ -208,7 +209,7 @@ def test_on_smollm2_the_output_layer_in_chunks_gives_the_full_log_softmaxs_gradi
         rows = torch.arange(4)
         update = backward(cfg, policy, prepared, rows)
         grads = [p.grad.clone() for p in policy.trainable_parameters() if p.grad is not None]
-        results.append((update, grads, len(policy.micro_batches(prepared.batch, rows))))
+        results.append((update, grads, len(policy.passes.micro_batches(prepared.batch, rows))))
     (whole, whole_grads, one), (split, split_grads, num_pieces) = results
     assert one == 1 and num_pieces >= 2
     with policy.learner() as model:  # the chunks run on hidden states, not on full logits

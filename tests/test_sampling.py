@@ -9,9 +9,10 @@ from transformers.cache_utils import DynamicLayer
 
 from records import metrics
 from trainer.model import packing
+from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.kv_cache import PreallocatedLayer
-from trainer.model.policy import collate, token_logprobs
 from trainer.model.rollout import Rollout
+from trainer.model.token_batch import collate
 from trainer.rl.step import optimizer_step
 from trainer.sampling import torch_sampler
 from trainer.sampling.model_source import load_policy

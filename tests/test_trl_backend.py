@@ -23,7 +23,7 @@ from trainer.backends import validate
 from trainer.backends.trl import mapping
 from trainer.base.errors import ConfigError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TRL_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "trl.md"
 
 
 @needs_trl
@@ -64,8 +64,8 @@ def test_mapping_table_on_hand_computed_numbers():
     assert args.generation_batch_size == 8 * 4  # one sampling round of ours
 
 
-def test_the_readme_holds_the_mapping_table():
-    assert mapping.markdown_table() in README.read_text()
+def test_the_trl_guide_holds_the_mapping_table():
+    assert mapping.markdown_table() in TRL_GUIDE.read_text()
 
 
 @needs_trl
@@ -238,7 +238,9 @@ def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [x for x in (done.stdout + done.stderr).splitlines() if "never fire" in x]
-    assert line.endswith("never fire: mine (no_such_metric) (README, 'Sweeping a TRL run')")
+    assert line.endswith(
+        "never fire: mine (no_such_metric) (docs/trl.md, 'What the health rules read')"
+    )
     calls = [json.loads(x) for x in seen.read_text().splitlines()]
     bonuses = {row["bonus"] for row in rows}
     training = [call for call in calls if len(call) == 4 * 2]  # a step's rollouts at once
@@ -327,7 +329,7 @@ def test_the_start_names_only_the_rules_trl_cannot_feed():
         HealthRule("fine_too", "reward/last_number"),
     ]
     assert missing_rules_line(cfg, own).endswith(
-        "never fire: mine (no_such_metric), drift (kl_sample_train_v1) (README, 'Sweeping a TRL run')"
+        "never fire: mine (no_such_metric), drift (kl_sample_train_v1) (docs/trl.md, 'What the health rules read')"
     )
 
 

@@ -17,7 +17,8 @@ pytestmark = [
 
 def test_vllm_log_probs_match_the_learner_and_follow_the_adapter(composed):
     pytest.importorskip("vllm")
-    from trainer.model.policy import collate, token_logprobs
+    from trainer.model.fast_logprobs import token_logprobs
+    from trainer.model.token_batch import collate
     from trainer.rl import rl_math
     from trainer.sampling.model_source import load_policy
     from trainer.sampling.protocol import SamplingSettings

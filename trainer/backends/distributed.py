@@ -24,7 +24,7 @@ queued again. Ctrl-C or SIGTERM in the job stops every rank (SIGTERM, then SIGKI
 GRACE_S); whatever way it ends, no rank outlives launch().
 
 Tested on CPU over gloo with 2 ranks (tests/test_distributed.py); not tested: GPUs, several
-nodes (README, "Trials that span processes": the same ranks under a SLURM launcher job).
+nodes (docs/trl.md, "Trials that span processes": the same ranks under a SLURM launcher job).
 """
 
 from __future__ import annotations

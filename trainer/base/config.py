@@ -44,7 +44,7 @@ class ModelConfig:
     family: str = "llama"  # model family for lr=auto: llama or qwen
     # float32: weights and training in float32. bfloat16 / float16: the weights in half
     # precision, the LoRA adapter (and its optimizer state) kept in float32 by PEFT, log-probs
-    # scored in float32 (README, "Memory on a real model").
+    # scored in float32 (docs/training.md, "Precision").
     dtype: str = "float32"
     device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
     tiny: TinyModelRecipe = field(default_factory=TinyModelRecipe)
@@ -85,7 +85,7 @@ class BackendConfig:
     # Processes one run spans (launched through torch.distributed's launcher); trl only.
     processes: int = 1
     # TRL only: GRPOConfig options passed through as they are (backend.grpo.use_vllm=true);
-    # one that a key of ours already sets is refused (README, "Sweeping a TRL run").
+    # one that a key of ours already sets is refused (docs/trl.md, "Our keys onto GRPOConfig").
     grpo: dict[str, Any] = field(default_factory=dict)
 
 

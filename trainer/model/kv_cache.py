@@ -1,8 +1,10 @@
 """Prompts in a KV cache, for the sampler's decoding and the learner's forward alike.
 
 `prefill_shared` runs each distinct prompt once and shares its keys and values with the rows
-that continue it; `make_room` then lets decoding append to the cache in place. Its own module,
-below both users: the policy (trainer/model/policy.py) takes it without importing a sampler.
+that continue it; `make_room` then lets decoding append to the cache in place, and
+`prompt_cache` lets the learner's completions read it without writing it. Its own module,
+below both users: the learner's passes (trainer/model/fast_logprobs.py) take it without
+importing a sampler.
 """
 
 from __future__ import annotations
@@ -29,15 +31,6 @@ def with_cache(model: torch.nn.Module, cache: Any) -> dict[str, Any]:
 def _cache_keyword(model_class: type) -> str:
     parameters = inspect.signature(model_class.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
-
-
-def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows as a left-padded tensor and its attention mask (generation appends right).
-    One tensor built from padded lists, not a copy per row."""
-    width = max(map(len, rows))
-    ids = [[pad_id] * (width - len(row)) + list(row) for row in rows]
-    mask = [[0] * (width - len(row)) + [1] * len(row) for row in rows]
-    return torch.tensor(ids, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
 
 
 def prefill_shared(
@@ -117,3 +110,19 @@ def make_room(cache: DynamicCache, room: int) -> None:
         else layer
         for layer in cache.layers
     ]
+
+
+class PromptCache(DynamicCache):
+    """The shared prompts' keys and values, read and never extended: each layer attends over
+    them and the completions' own. A DynamicCache would append the completions' keys, twice
+    when a checkpointed layer runs again in the backward."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        return torch.cat([layer.keys, key_states], -2), torch.cat([layer.values, value_states], -2)
+
+
+def prompt_cache(cache: DynamicCache) -> PromptCache:
+    read_only = PromptCache()
+    read_only.layers = cache.layers
+    return read_only

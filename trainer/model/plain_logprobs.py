@@ -1,17 +1,38 @@
 """Token log-probs the plain way: one ordinary Hugging Face forward over the whole batch.
 
 The numbers `Policy.logprobs` and `Policy.learner_pieces` (trainer/model/policy.py) compute,
-without what makes them fast: no micro-batches, no packed groups, no shared prompt cache, no
-output layer in chunks. Each rollout is a row of its own, its prompt (left-padded) then its
-completion (right-padded), and the logits one position before each completion token score it.
-For reading, and for the tests that hold the fast paths to it (tests/test_plain_logprobs.py).
+without what makes them fast (trainer/model/fast_logprobs.py): no micro-batches, no packed
+groups, no shared prompt cache, no output layer in chunks. Each rollout is a row of its own,
+its prompt (left-padded) then its completion (right-padded), and the logits one position before
+each completion token score it. `PlainPasses` runs the policy's passes this way. For reading,
+and for the tests that hold the fast paths to it (tests/test_plain_logprobs.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
-from trainer.model.policy import TokenBatch
+from trainer.model.token_batch import TokenBatch
+
+
+class PlainPasses:
+    """The policy's log-prob passes (trainer/model/policy.py's `LogprobPasses`) as one plain
+    forward: every batch in one piece."""
+
+    learner_batch_tokens = None
+
+    def logprobs(
+        self, model: torch.nn.Module, batch: TokenBatch, temperature: float
+    ) -> torch.Tensor:
+        return plain_token_logprobs(model, batch, temperature)[0]
+
+    def learner_pieces(
+        self, model: torch.nn.Module, batch: TokenBatch, rows: torch.Tensor, temperature: float
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        logp_NT, entropy_NT = plain_token_logprobs(model, batch.select(rows), temperature)
+        yield rows, logp_NT, entropy_NT.detach()  # the entropy is a statistic: no gradient
 
 
 def plain_token_logprobs(

@@ -1,8 +1,8 @@
 """A rollout: one sampled completion with the sampler's per-token log-probs.
 
-What every sampler returns (trainer/sampling/protocol.py: `Sampler.sample`) and what the
-policy collates into token tensors (trainer/model/policy.py: `collate`); here, below both, so
-the policy does not import the samplers' layer.
+What every sampler returns (trainer/sampling/protocol.py: `Sampler.sample`) and what `collate`
+turns into the policy's token tensors (trainer/model/token_batch.py); here, below both, so the
+policy does not import the samplers' layer.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ import torch
 
 from records import metrics as metrics_names
 from trainer.env.tasks import Problem
-from trainer.model.policy import Policy, collate
+from trainer.model.policy import Policy
+from trainer.model.token_batch import collate
 from trainer.rl.pipeline_settings import groups_per_batch
 from trainer.rl.rl_math import minibatch_rows
 from trainer.rl.step import (

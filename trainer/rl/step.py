@@ -15,10 +15,12 @@ groups arrive: all at once, streamed, or sampled ahead).
 Simplified: one reward per completion, one epoch over each batch, the sampler's log-probs are
 the importance ratio's old policy (not recomputed), no value model. Shapes come from the
 groups, never from the config, so a streamed or partial batch trains through the same code.
-Left out of this file, the speed: `Policy.logprobs` and `Policy.learner_pieces`
-(trainer/model/policy.py) run micro-batches sized to memory, packed groups or a shared prompt
-cache, the output layer in chunks and a merged LoRA copy; trainer/model/plain_logprobs.py
-computes the same log-probs with one plain forward.
+Left out of this file, the speed. What the step asks of the policy, `collate`
+(trainer/model/token_batch.py), `Policy.logprobs` and `Policy.learner_pieces`, is said in plain
+words in trainer/model/policy.py; behind them, trainer/model/fast_logprobs.py runs micro-batches
+sized to memory, packed groups or a shared prompt cache and the output layer in chunks (on the
+merged LoRA copy the policy hands it), and trainer/model/plain_logprobs.py computes the same
+log-probs with one plain forward.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from records import metrics as metrics_names
 from trainer.base.timing import timed
 from trainer.env.rewards import reward_part_means, score_batch
 from trainer.env.tasks import Problem, Task
-from trainer.model.policy import Policy, TokenBatch, collate
+from trainer.model.policy import Policy
 from trainer.model.rollout import Rollout
+from trainer.model.token_batch import TokenBatch, collate
 from trainer.rl import rl_math
 from trainer.rl.losses import LossInputs, get_loss
 from trainer.sampling.protocol import Sampler, SamplingSettings

@@ -12,7 +12,8 @@ Simplified, stated plainly: one reward per completion (no per-token rewards), on
 each batch, the sampler's log-probs are the importance ratio's old policy (not recomputed), no
 value model. Left out of this reading, the speed: micro-batches sized to memory, packed
 groups, the shared prompt cache, the chunked output layer, merged LoRA and oneDNN all sit
-behind `Policy.logprobs` / `Policy.learner_pieces` (trainer/model/), with a plain reference
+behind `Policy.logprobs` / `Policy.learner_pieces` (what they compute is said in plain words in
+trainer/model/policy.py; trainer/model/fast_logprobs.py runs them), with a plain reference
 path (trainer/model/plain_logprobs.py) tested equal.
 """
 
@@ -74,6 +75,9 @@ class TrainResult:
     resumed_from_step: int | None = None  # the checkpoint actually loaded (None: step 0)
 
 
+POST_UPDATE_KLS = (metrics_names.KL_PRE_POST_V1, metrics_names.KL_PRE_POST_V2)
+
+
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     for warning in validate(cfg):
         log.warning(warning)
@@ -122,7 +126,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         cfg.max_steps,
         lr,
         cfg.batch_size * cfg.group_size,
-        policy.learner_batch_tokens,
+        policy.passes.learner_batch_tokens,
     )
     metrics: dict[str, float] = {}
     last_eval, per_problem = baseline, {}
@@ -147,8 +151,10 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
                 refresh=False,
             )
             _report(reporter, step, metrics)  # first, so a sweep sees the values and says why
-            for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):
-                if not math.isfinite(metrics[name]):
+            # A non-finite post-update KL means the updated policy's own log-probs are: the
+            # next step's sampling would fail on them with torch's error, not this one line.
+            for name in (metrics_names.LOSS, metrics_names.GRAD_NORM, *POST_UPDATE_KLS):
+                if name in metrics and not math.isfinite(metrics[name]):
                     raise NonFiniteError(f"{name}={metrics[name]} at step {step}; lower lr")
             if cfg.save_every and step % cfg.save_every == 0:
                 save_checkpoint(cfg.output_dir, step, policy, optimizer, scheduler, rng)

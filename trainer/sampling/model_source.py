@@ -15,7 +15,9 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer.model import cpu_linear, micro_batches
-from trainer.model.policy import Policy, enable_checkpointing
+from trainer.model.activation_checkpointing import enable_checkpointing
+from trainer.model.fast_logprobs import FastPasses
+from trainer.model.policy import Policy
 from trainer.sampling.tiny_model import build_tiny_model
 
 
@@ -52,9 +54,8 @@ def load_policy(cfg: DictConfig) -> Policy:
         getattr(torch, cfg.model.dtype),
         cfg.gradient_checkpointing,
     )
-    return Policy(
-        model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora, learner_batch_tokens
-    )
+    passes = FastPasses(learner_batch_tokens)
+    return Policy(model, tokenizer, device, frozen_reference, cfg.sampler.merge_lora, passes)
 
 
 def onednn_param(cfg: DictConfig) -> str:

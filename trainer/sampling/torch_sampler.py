@@ -2,7 +2,7 @@
 
 `TorchSampler` stops at end-of-sequence, works on CPU and GPU, and records each token's
 log-prob under the tempered policy (trainer/sampling/protocol.py says which). The prompts' shared
-prefill is trainer/model/kv_cache.py's, which the learner uses too (trainer/model/policy.py).
+prefill is trainer/model/kv_cache.py's, which the learner uses too (trainer/model/fast_logprobs.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from transformers.generation import (
 )
 
 from trainer.env.prompts import Prompt, PromptRenderer
-from trainer.model.kv_cache import left_pad, make_room, prefill_shared, with_cache
+from trainer.model.kv_cache import make_room, prefill_shared, with_cache
 from trainer.model.rollout import Rollout
+from trainer.model.token_batch import left_pad
 from trainer.sampling.protocol import SamplingSettings
 
 if TYPE_CHECKING:

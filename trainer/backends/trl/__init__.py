@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer as a backend (`backend=trl`; README, "Sweeping a TRL run").
+"""TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
   mapping      our keys -> GRPOConfig (the one table) and the checks that refuse the rest
   data         our task as TRL's dataset (our rendered prompt ids) and reward_funcs
@@ -93,7 +93,7 @@ def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | No
         return None
     return (
         f"backend=trl: not available here, so these health rules never fire: {', '.join(missing)} "
-        "(README, 'Sweeping a TRL run')"
+        "(docs/trl.md, 'What the health rules read')"
     )
 
 

@@ -9,7 +9,7 @@ step accumulates k micro-batches of `per_device_train_batch_size` rollouts per p
 `TABLE` rows are set from our keys: a `backend.grpo.<field>` that names one is refused (it would
 shadow the key of ours), and so is a key of a dict option that TRL applies over one
 (`SHADOWING`: generation_kwargs' sampling keys, model_init_kwargs' dtype). `DEFAULTS` rows keep TRL's own defaults that differ from ours from
-leaking in, and a `backend.grpo.<field>` may override them. The README's mapping table is
+leaking in, and a `backend.grpo.<field>` may override them. docs/trl.md's mapping table is
 `markdown_table()` (tests/test_trl_backend.py checks they agree).
 
 `validate` loads neither TRL nor transformers: the GRPOConfig field names come from reading
@@ -194,7 +194,7 @@ def grpo_kwargs(cfg: DictConfig, lr: float) -> dict[str, Any]:
 
 
 def markdown_table() -> str:
-    """The README's mapping table."""
+    """docs/trl.md's mapping table."""
     lines = ["| GRPOConfig field | from our key | how, and where it differs |", "|---|---|---|"]
     for row in TABLE + DEFAULTS:
         ours = f"`{row.ours}`" if row.ours else "(backend default; `backend.grpo` may override)"
