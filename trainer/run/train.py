@@ -84,7 +84,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     policy = load_policy(cfg)
-    report_params(reporter, {metrics_names.ONEDNN_PARAM: onednn_param(cfg)})
+    report_params(reporter, cfg)
     task = make_task(cfg.task)
     lr = resolve_lr(cfg, policy.model.config.hidden_size)
     # fused: one kernel for all parameters instead of a dozen ops each
@@ -220,11 +220,12 @@ def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> 
         reporter.report(step, metrics)
 
 
-def report_params(reporter: Reporter | None, params: dict[str, str]) -> None:
-    """What the run decided as its policy loaded, to a reporter that records it."""
+def report_params(reporter: Reporter | None, cfg: DictConfig) -> None:
+    """What the run decided as its policy loaded, to a reporter that records it (read only
+    then: it builds the checkpoint's config on the meta device)."""
     hook = getattr(reporter, "params", None)
     if hook is not None:
-        hook(params)
+        hook({metrics_names.ONEDNN_PARAM: onednn_param(cfg)})
 
 
 def report_resumed(reporter: Reporter | None, step: int | None) -> None:
