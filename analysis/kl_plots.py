@@ -3,7 +3,7 @@
 A figure's threshold line, its label and its title come from the rules the sweep stored
 (StudyAttr.HEALTH_RULES, read back through trainer.run.health.rules_from_settings as the job
 reads them), never from kl_threshold alone: the post-update KL rule's bound is a multiple of it
-and holds only while the training reward is not rising. A pruning rule is a dashed black line (as its prune points), a
+and fires only while the held-out reward is not above its baseline. A pruning rule is a dashed black line (as its prune points), a
 warning rule a dotted orange one; a rule turned off (`hydra.sweeper.health=[]`) draws nothing.
 Only threshold checks (above, below) have a line: the relative ones (below_baseline, ratio_*)
 have a bound per trial, not one for the figure.
@@ -62,7 +62,7 @@ def kl_metrics_watched(rules: Sequence[HealthRule] | None) -> list[str]:
 
 def rule_label(rule: HealthRule) -> str:
     """What the rule does, in the words of its record: `post_update_kl prunes above 0.1 for
-    3 steps in a row, while reward/mean is not rising`."""
+    3 steps in a row, while eval/reward/mean is not above its baseline`."""
     verb = "prunes" if rule.action == Action.prune else "warns"
     side = "above" if rule.check == Check.above else "below"
     steps = "1 step" if rule.patience == 1 else f"{rule.patience} steps in a row"
@@ -72,6 +72,7 @@ def rule_label(rule: HealthRule) -> str:
     guard = {
         Guard.not_rising: f", while {rule.guard_metric} is not rising",
         Guard.rising: f", while {rule.guard_metric} rises",
+        Guard.not_improved: f", while {rule.guard_metric} is not above its baseline",
     }
     return text + guard.get(rule.guard, "")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,107 @@ def test_an_unstable_async_run_is_caught(composed):
         train(cfg, reporter)
     assert pruned.value.breach.rule in ("post_update_kl", "sampler_kl")
     assert pruned.value.breach.step <= 10
+
+
+# --- the KL rule, guarded by the held-out reward (not the optimised training reward) -------
+
+KL2, EVAL, REWARD = "kl_pre_post_v2", "eval/reward/mean", "reward/mean"
+
+
+def post_update_kl() -> list[HealthRule]:
+    return [r for r in default_rules(0.01) if r.name == "post_update_kl"]
+
+
+def stream(kl: list[float], reward: list[float], evals: dict[int, float]) -> dict:
+    """Steps 1.. with KL and training reward, the held-out reward at the steps given (0: the
+    baseline)."""
+    steps: dict[int, dict[str, float]] = {0: {EVAL: evals[0]}}
+    for step, (k, r) in enumerate(zip(kl, reward, strict=True), start=1):
+        steps[step] = {KL2: k, REWARD: r, **({EVAL: evals[step]} if step in evals else {})}
+    return steps
+
+
+def test_a_kl_collapse_while_the_held_out_reward_falls_is_pruned_whatever_the_reward_did():
+    """SmolLM2 lr=1e-2 (bench/results/health_curves_smollm2_seed0.json, eval every 2 steps):
+    the training reward's window (0.125, 0.53, 0.03: mean 0.229 > 0.125 + 0.05) read as
+    rising under the old guard, which let this collapse through."""
+    evals = {0: 0.312, 2: 0.125}
+    breach = replay(post_update_kl(), stream([9.9, 11.8, 29.5], [0.125, 0.53, 0.03], evals))
+    assert (breach.rule, breach.step, breach.value) == ("post_update_kl", 3, 29.5)
+    assert "while eval/reward/mean was not above its baseline" in str(breach)
+    rising = stream([9.9, 11.8, 29.5], [0.125, 0.53, 0.9], evals)  # training reward climbs
+    assert replay(post_update_kl(), rising).step == 3
+
+
+def test_a_kl_breach_while_the_held_out_reward_climbs_is_kept():
+    """SmolLM2 lr=1e-3 seed 0 as recorded: KL above 0.1 on steps 1-3 and 8-10 while its eval
+    climbs 0.31 -> 0.88; the default rules keep it (without the guard: pruned at step 3)."""
+    kl = [0.171, 0.135, 0.391, 0.067, 0.09, 0.104, 0.044, 0.169, 0.24, 0.135, 0.091, 0.046]
+    reward = [0.125, 0.594, 0.594, 0.75, 0.625, 0.781, 0.781, 0.438, 0.594, 0.844, 0.75, 0.969]
+    evals = {0: 0.312, 2: 0.547, 4: 0.734, 6: 0.844, 8: 0.875, 10: 0.828, 12: 0.766}
+    run = stream(kl, reward, evals)
+    assert replay(default_rules(0.01), run) is None
+    unguarded = [replace(post_update_kl()[0], guard=Guard.none)]
+    assert replay(unguarded, run).step == 3
+    # the same KL once the held-out reward has fallen back to its baseline: pruned
+    run[10][EVAL] = 0.30
+    assert replay(post_update_kl(), run).step == 10
+
+
+def test_the_kl_rule_alone_decides_before_any_held_out_eval():
+    # evals off (only the baseline): the tiny model's collapsing lr is still caught at step 3
+    assert replay(post_update_kl(), stream([0.5, 0.6, 0.7], [0.2, 0.9, 0.9], {0: 0.3})).step == 3
+
+
+# --- the monitor's state: saved with a checkpoint, a resumed run decides as one never stopped
+
+
+def collapse() -> dict[int, dict[str, float]]:
+    """Learns, then breaks: every kind of reference a rule keeps (baseline, first value, peak,
+    guard window, streak) is in play."""
+    steps = {0: {EVAL: 0.30}}
+    for step in range(1, 21):
+        broke = step > 10
+        steps[step] = {
+            KL2: 0.5 if broke else 0.05,
+            REWARD: 0.2 + 0.04 * step if not broke else 0.1,
+            "entropy": 1.0 if not broke else 0.05,
+            "completions/mean_length": 4.0 if step < 14 else 15.0,
+            "groups/frac_zero_advantage": 0.5 if not broke else 1.0,
+        }
+        if step % 4 == 0:
+            steps[step][EVAL] = 0.30 + 0.05 * step if not broke else 0.10
+    return steps
+
+
+def test_a_monitor_restored_from_its_saved_state_decides_as_one_never_stopped():
+    run = collapse()
+    straight = HealthMonitor(default_rules(0.01))
+    expected = {step: straight.breaches(step, run[step]) for step in sorted(run)}
+    assert any(b.action == "prune" for b in expected[20])  # the stream does fire
+    assert any(expected.values()) and not all(expected.values())
+    for stop in sorted(run)[:-1]:  # interrupted after each step in turn
+        first = HealthMonitor(default_rules(0.01))
+        for step in range(stop + 1):
+            first.breaches(step, run[step])
+        resumed = HealthMonitor(default_rules(0.01))
+        resumed.load_state(json.loads(json.dumps(first.state())))  # as the checkpoint holds it
+        later = {step: resumed.breaches(step, run[step]) for step in sorted(run) if step > stop}
+        assert later == {step: expected[step] for step in later}, stop
+        fresh = HealthMonitor(default_rules(0.01))  # what a resume did before: it forgot
+        if stop >= 4:
+            forgot = {step: fresh.breaches(step, run[step]) for step in sorted(run) if step > stop}
+            assert forgot != {step: expected[step] for step in forgot}, stop
+
+
+def test_a_saved_monitor_state_that_is_not_one_is_refused_in_one_line():
+    good = HealthMonitor(default_rules(0.01)).state()
+    for bad, message in [
+        ([], "health state is not"),
+        ({**good, "streaks": {"kl": -1}}, "streaks.kl=-1 is not a number"),
+        ({**good, "peaks": {"x": "1"}}, "peaks.x='1' is not a number"),
+        ({**good, "recent": {"x": [1.0, float("nan")]}}, "recent.x=.* is not a number"),
+        ({**good, "recent": {"x": 1.0}}, "recent.x is not a list"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            HealthMonitor(default_rules(0.01)).load_state(bad)

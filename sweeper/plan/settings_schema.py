@@ -119,7 +119,8 @@ class GRPOSweeperConf:
     # trainer/run/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
     # below_baseline, below_peak, ratio_below, ratio_above), bound, patience, warmup_steps,
-    # advice, action (prune, warn), guard (none, not_rising, rising), guard_metric, rise.
+    # advice, action (prune, warn), guard (none, not_rising, rising,
+    # not_improved), guard_metric, rise.
     health: Any = None
     kl_threshold: float | None = None  # null: the training config's kl_threshold
     pruner: Pruner = Pruner.none

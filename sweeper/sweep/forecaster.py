@@ -46,6 +46,14 @@ class Forecaster:
         self.curve: dict[int, tuple[float, float | None]] = {}  # this seed's {step: (value, se)}
         self.said_no_incumbent = False  # said once per trial's job, not per eval
 
+    def resume(self, step: int, run: MLflowRun) -> None:
+        """After a resume from `step`'s checkpoint: this seed's points up to it, read back from
+        its run (the same MLflow run continues), as an uninterrupted run holds them. Once:
+        later points are this job's own."""
+        if not self.curve:
+            recorded = seed_curve(run.client, run.run_id, self.objective)
+            self.curve = {s: point for s, point in sorted(recorded.items()) if s <= step}
+
     def judge(self, step: int, value: float, stderr: float | None, run: MLflowRun):
         self.curve[step] = (value, stderr)
         if step >= self.final_step:

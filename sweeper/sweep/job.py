@@ -126,7 +126,10 @@ class TrialReporter:
     def resumed(self, step: int | None) -> None:
         """The checkpoint step training loaded (None: step 0). The records made before
         training name the newest checkpoint that reads, which may not fit the run: they are
-        set right here, the MLflow tag and the seed's record alike."""
+        set right here, the MLflow tag and the seed's record alike. The health monitor came
+        back with the checkpoint; the forecaster's points are read back from the run."""
+        if step is not None and self.forecaster is not None:
+            self.forecaster.resume(step, self.run)
         if self.record is None or step == self.record.resumed_from_step:
             return
         self._still_ours()

@@ -1,9 +1,11 @@
-"""Checkpoints (trainable weights, optimizer, scheduler, step, RNG) and the final adapter.
+"""Checkpoints (trainable weights, optimizer, scheduler, step, RNG, health monitor) and the
+final adapter.
 
 Layout under output_dir:
   checkpoints/step_000020/tensors.safetensors  weights, optimizer moments, torch RNG state
   checkpoints/step_000020/state.json           step, scheduler, optimizer settings, Python RNG,
-                                               the tensors file's sha256 (written last)
+                                               the health monitor's state, the tensors file's
+                                               sha256 (written last)
   adapter/                                     the final LoRA adapter in PEFT format
   config.yaml                                  the resolved config the run trained with
 
@@ -29,6 +31,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.model.policy import Policy
+from trainer.run.health import HealthMonitor
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,16 @@ def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
 
 
 def save_checkpoint(
-    output_dir: str | Path, step: int, policy: Policy, optimizer, scheduler, rng: random.Random
+    output_dir: str | Path,
+    step: int,
+    policy: Policy,
+    optimizer,
+    scheduler,
+    rng: random.Random,
+    health: dict | None = None,
 ) -> Path:
+    """health: the run's HealthMonitor.state() after this step, so a resumed run's rules
+    decide exactly as an uninterrupted run's."""
     target = checkpoint_dir(output_dir, step)
     target.mkdir(parents=True, exist_ok=True)
     tensors = {
@@ -82,6 +93,7 @@ def save_checkpoint(
         "optimizer_groups": optimizer_state["param_groups"],
         "scheduler": scheduler.state_dict(),
         "python_rng": [version, list(words), gauss],
+        **({} if health is None else {"health": health}),
     }
     # state.json last, each file renamed into place whole: a save cut short leaves a folder
     # whose state.json is missing or names another tensors file's hash, refused on load.
@@ -161,16 +173,27 @@ def resumable_step(output_dir: str | Path) -> int | None:
     return None if checkpoint is None else checkpoint.step
 
 
-def resume(output_dir: str | Path, policy: Policy, optimizer, scheduler, rng) -> int | None:
-    """Restore the newest checkpoint that reads and fits this run; returns its step, or None
-    when none does (the run starts at step 0)."""
+def resume(
+    output_dir: str | Path,
+    policy: Policy,
+    optimizer,
+    scheduler,
+    rng,
+    monitor: HealthMonitor | None = None,
+) -> int | None:
+    """Restore the newest checkpoint that reads and fits this run (and the health monitor's
+    state into `monitor`); returns its step, or None when none does (the run starts at
+    step 0)."""
     for path in checkpoint_dirs(output_dir):
         try:
             checkpoint = read_checkpoint(path)
             restored = _fit(checkpoint, policy, optimizer, scheduler)
+            health = _health(checkpoint, monitor)
         except CheckpointRefused as e:
             log.warning("Checkpoint %s refused: %s; trying the one before", path, e)
             continue
+        if monitor is not None and health is not None:
+            monitor.load_state(health)
         weights, optimizer_state, scheduler_state = restored
         policy.model.load_state_dict(weights, strict=False)
         optimizer.load_state_dict(optimizer_state)
@@ -182,6 +205,24 @@ def resume(output_dir: str | Path, policy: Policy, optimizer, scheduler, rng) ->
             torch.cuda.set_rng_state_all(cuda)
         return checkpoint.step
     return None
+
+
+def _health(checkpoint: Checkpoint, monitor: HealthMonitor | None) -> dict | None:
+    """The saved monitor state, checked on a scratch monitor; one saved without it (an older
+    checkpoint) starts the monitor afresh, which a line says."""
+    saved = checkpoint.state.get("health")
+    if saved is None:
+        if monitor is not None:
+            log.warning(
+                "Checkpoint %s holds no health monitor state: its rules start afresh",
+                checkpoint.path,
+            )
+        return None
+    try:
+        HealthMonitor(monitor.rules if monitor is not None else []).load_state(saved)
+    except ValueError as e:
+        raise CheckpointRefused(str(e)) from None
+    return saved
 
 
 def _fit(checkpoint: Checkpoint, policy: Policy, optimizer, scheduler) -> tuple:

@@ -47,6 +47,11 @@ class Guard(str, Enum):
     # the training reward climbs is a fast learner, not a collapse: bench/HEALTH.md)
     rising = "rising"  # only while it rises (held-out reward falling while training reward
     # rises: the shape of reward hacking)
+    not_improved = "not_improved"  # fires only while the guard metric's latest value after
+    # step 0 is no more than `rise` above its step-0 baseline (before it has one: the check
+    # alone); the streak counts regardless. For the held-out reward: a KL breach while the
+    # eval climbs is a fast learner (SmolLM2 lr=1e-3), one while it falls a collapse, whatever
+    # the optimised (training) reward did.
 
 
 # A metric "rises" when the mean of its last GUARD_WINDOW values is more than `rise` above its
@@ -136,8 +141,9 @@ WORDS = {
 # The post-update KL of runs that end within noise of the best reached 0.01-0.2 in their first
 # steps on the tiny model (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps
 # in a row by step 10: its default bound is this many times kl_threshold. On SmolLM2 a run that
-# learns fastest moves as far (0.12-0.8) while its training reward climbs, so the rule counts
-# only while reward/mean is not rising (bench/HEALTH.md).
+# learns fastest moves as far (0.12-0.8) while its held-out reward climbs, so the rule fires
+# only while the held-out reward is not above its baseline (bench/HEALTH.md). Not the training
+# reward: its window against the noisy step-1 batch read SmolLM2 lr=1e-2's collapse as rising.
 POST_UPDATE_KL_FACTOR = 10
 
 
@@ -152,7 +158,8 @@ def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[Health
             POST_UPDATE_KL_FACTOR * kl_threshold,
             patience=3,
             advice="one update moves the policy too far: lower lr",
-            guard=Guard.not_rising,
+            guard=Guard.not_improved,
+            guard_metric=metrics.EVAL_REWARD,
         ),
         HealthRule(
             "sampler_kl",
@@ -287,6 +294,39 @@ class HealthMonitor:
         self.peaks: dict[str, float] = {}
         self.recent: dict[str, list[float]] = {}
 
+    def state(self) -> dict[str, Any]:
+        """Everything a decision depends on, as JSON: saved with a checkpoint, so a resumed
+        run decides exactly as one never interrupted (`load_state`)."""
+        return {
+            "streaks": dict(self.streaks),
+            "baselines": dict(self.baselines),
+            "firsts": dict(self.firsts),
+            "peaks": dict(self.peaks),
+            "recent": {k: list(v) for k, v in self.recent.items()},
+        }
+
+    def load_state(self, state: Any) -> None:
+        """Continue from a saved `state()` (read from a shared folder: checked, ValueError
+        saying what is wrong). A rule the state does not know starts with no streak."""
+        if not isinstance(state, dict) or set(state) != set(self.state()):
+            raise ValueError(f"health state is not {sorted(self.state())}")
+        for key in ("streaks", "baselines", "firsts", "peaks", "recent"):
+            part = state[key]
+            if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
+                raise ValueError(f"health state's {key} is not a dict by name")
+            for name, value in part.items():
+                values = value if key == "recent" and isinstance(value, list) else [value]
+                kind = int if key == "streaks" else float
+                if key == "recent" and not isinstance(value, list):
+                    raise ValueError(f"health state's recent.{name} is not a list")
+                if not all(_number(v, kind) for v in values):
+                    raise ValueError(f"health state's {key}.{name}={value!r} is not a number")
+        self.streaks = {rule.name: int(state["streaks"].get(rule.name, 0)) for rule in self.rules}
+        self.baselines = dict(state["baselines"])
+        self.firsts = dict(state["firsts"])
+        self.peaks = dict(state["peaks"])
+        self.recent = {k: list(v) for k, v in state["recent"].items()}
+
     def check(self, step: int, metrics: Mapping[str, float]) -> Breach | None:
         """The first pruning rule that fires at this step (a sweep prunes there), or None."""
         return first_to_prune(self.breaches(step, metrics))
@@ -305,7 +345,7 @@ class HealthMonitor:
             if holds is None:
                 continue
             self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
-            if self.streaks[rule.name] >= rule.patience:
+            if self.streaks[rule.name] >= rule.patience and self._gate(rule, metrics):
                 fired.append(self._breach(rule, value, step))
         self._remember(metrics)
         return fired
@@ -314,6 +354,7 @@ class HealthMonitor:
         trend = {
             Guard.not_rising: f" while {rule.guard_metric} was not rising",
             Guard.rising: f" while {rule.guard_metric} rose",
+            Guard.not_improved: f" while {rule.guard_metric} was not above its baseline",
         }.get(rule.guard, "")
         shown = float(value) if is_finite_number(value) else None
         return Breach(
@@ -346,6 +387,20 @@ class HealthMonitor:
             return None
         return sum(values) / len(values) > self.firsts[metric] + rise
 
+    def _gate(self, rule: HealthRule, now: Mapping[str, float]) -> bool:
+        """Guard.not_improved: whether the guard metric's latest value after step 0 (this
+        step's included) is no more than `rise` above its baseline; before it has one (or
+        without a baseline) the check alone decides, as the other guards' too-early case."""
+        if rule.guard != Guard.not_improved:
+            return True
+        latest = now.get(rule.guard_metric)
+        if not is_finite_number(latest):
+            latest = (self.recent.get(rule.guard_metric) or [None])[-1]
+        baseline = self.baselines.get(rule.guard_metric)
+        if latest is None or baseline is None:
+            return True
+        return latest <= baseline + rule.rise
+
     def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""
         if rule.check == Check.not_finite:
@@ -353,7 +408,7 @@ class HealthMonitor:
         if not is_finite_number(value):
             return None  # NaN is the not_finite rules' business
         holds = self._compare(rule, value)
-        if not holds or rule.guard == Guard.none:
+        if not holds or rule.guard in (Guard.none, Guard.not_improved):
             return holds
         rising = self.rising(rule.guard_metric, rule.rise, now)
         if rising is None:  # too early to tell a trend: the check alone decides
@@ -378,6 +433,12 @@ class HealthMonitor:
         if rule.check == Check.ratio_above:
             return value > rule.bound * reference
         return value < reference - rule.bound
+
+
+def _number(value: Any, kind: type) -> bool:
+    if kind is int:
+        return type(value) is int and value >= 0
+    return type(value) in (int, float) and is_finite_number(value)
 
 
 def first_to_prune(fired: Iterable[Breach]) -> Breach | None:

@@ -51,8 +51,10 @@ log = logging.getLogger(__name__)
 
 
 class Reporter(Protocol):
-    """May also hold `health_rules`, the rules it checks the metrics by (a sweep trial's): a
-    backend names those whose metric it does not report."""
+    """May also hold `monitor`, the HealthMonitor it checks each step's metrics by (a sweep
+    trial's, whose breach prunes it): the run's one monitor, saved with each checkpoint and
+    restored on resume; and `health_rules`, its rules: a backend names those whose metric it
+    does not report."""
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         """Receive a step's metrics; raising stops training (e.g. a pruned sweep trial)."""
@@ -97,9 +99,10 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     settings = SamplingSettings.from_config(cfg)
 
     start_step, baseline = 0, None
-    # The rules a sweep prunes by: a single run warns at each rule's first breach, never stops.
-    health, warned = HealthMonitor(default_rules(cfg.kl_threshold)), set()
-    resumed = resume(cfg.output_dir, policy, optimizer, scheduler, rng) if cfg.resume else None
+    watch = RunHealth(reporter, cfg.kl_threshold)
+    resumed = None
+    if cfg.resume:
+        resumed = resume(cfg.output_dir, policy, optimizer, scheduler, rng, watch.monitor)
     if resumed is not None:
         start_step = resumed
         log.info("Resumed from the step %d checkpoint in %s", start_step, cfg.output_dir)
@@ -117,7 +120,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         )
         if advice:
             log.warning(advice)
-        health.check(0, eval_metrics)
+        watch.check(0, eval_metrics)
         _report(reporter, 0, eval_metrics)
 
     log.info(
@@ -140,10 +143,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
                 eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
                 metrics.update(eval_metrics)
                 last_eval = eval_metrics[metrics_names.EVAL_REWARD]
-            for breach in health.breaches(step, metrics):
-                if breach.rule not in warned:
-                    warned.add(breach.rule)
-                    log.warning("health rule %s (a sweep would prune this run here)", breach)
+            watch.check(step, metrics)
             bar.set_postfix(  # shown at the bar's next redraw: a log gets one every few seconds
                 reward=f"{metrics[metrics_names.REWARD]:.2f}",
                 eval="-" if last_eval is None else f"{last_eval:.2f}",
@@ -157,7 +157,9 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
                 if name in metrics and not math.isfinite(metrics[name]):
                     raise NonFiniteError(f"{name}={metrics[name]} at step {step}; lower lr")
             if cfg.save_every and step % cfg.save_every == 0:
-                save_checkpoint(cfg.output_dir, step, policy, optimizer, scheduler, rng)
+                save_checkpoint(
+                    cfg.output_dir, step, policy, optimizer, scheduler, rng, watch.monitor.state()
+                )
     finally:
         pipeline.close()
         bar.close()
@@ -168,6 +170,34 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         _report(reporter, cfg.max_steps, eval_metrics)
     save_final(cfg.output_dir, policy, cfg)
     return TrainResult(last_eval, baseline, Path(cfg.output_dir), per_problem, resumed)
+
+
+class RunHealth:
+    """The run's one health monitor. A sweep trial's reporter holds it (`monitor`) and checks
+    it in `report`, pruning at a breach; a run without one (`python -m trainer`) checks the
+    default rules here and logs each rule's first firing, never stopping. Either way the
+    trainer saves and restores it with its checkpoints."""
+
+    def __init__(self, reporter: Reporter | None, kl_threshold: float) -> None:
+        given = getattr(reporter, "monitor", None)
+        self.own = given is None  # checked here, not by the reporter
+        self.monitor = HealthMonitor(default_rules(kl_threshold)) if given is None else given
+        self.warned: set[str] = set()
+
+    def check(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.own:
+            return  # the reporter checks it, once a step
+        for breach in self.monitor.breaches(step, metrics):
+            if breach.rule not in self.warned:
+                self.warned.add(breach.rule)
+                log.warning("health %s: %s (%s)", breach.action, breach, STANDALONE[breach.action])
+
+
+# A single run stops for no rule: what each action means here.
+STANDALONE = {
+    "prune": "a sweep stops its trial at this breach; this run is not a sweep's and goes on",
+    "warn": "a warning; the run goes on",
+}
 
 
 @torch.no_grad()

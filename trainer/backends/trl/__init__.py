@@ -151,6 +151,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
     if checkpoint is not None:
+        reporting.restore(checkpoint)
         log.info("Resumed from %s (step %d)", checkpoint, resumed_from)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if reporting.error is not None:

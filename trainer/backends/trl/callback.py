@@ -1,6 +1,8 @@
 """The callback that makes TRL's run report as ours: step 0's baseline eval, each step of ours
 (num_substeps optimizer steps of TRL's) under our metric names, our held-out eval every
-eval_every steps and at the end, and a reporter that may stop the run.
+eval_every steps and at the end, and a reporter that may stop the run. The run's one health
+monitor (trainer/run/train.py's RunHealth: the sweep reporter's, else the default rules warning)
+is saved beside each TRL checkpoint (trainer/backends/trl/checkpoints.py) and restored with it.
 
 Every rank calls `reporter.report` at the same steps (in a multi-process run it is a
 collective: trainer/backends/__init__.py); only rank 0 evaluates, the others report their
@@ -10,14 +12,17 @@ that step; `train_rank` raises the error once TRL has stopped cleanly.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from transformers import TrainerCallback
 
 from records import metrics as metrics_names
+from trainer.backends.trl.checkpoints import HEALTH
 from trainer.backends.trl.data import TimeoutCount
-from trainer.run.train import NonFiniteError
+from trainer.run.train import NonFiniteError, RunHealth
 
 # TRL's logged name -> ours, where the meaning is the same; the rest go under `trl/<name>`.
 SAME_MEANING = {
@@ -73,6 +78,22 @@ class Reporting(TrainerCallback):
         self.last_eval: float | None = None
         self.per_problem: dict[str, list[float]] = {}
         self.last_step = 0
+        self.health = RunHealth(reporter, float(cfg.kl_threshold))
+
+    def restore(self, checkpoint: Path) -> None:
+        """The monitor as it was at `checkpoint` (checked by checkpoints.check); one saved
+        without it starts afresh."""
+        saved = checkpoint / HEALTH
+        if saved.is_file():
+            self.health.monitor.load_state(json.loads(saved.read_bytes()))
+
+    def on_save(self, args, state, control, **kwargs):
+        """Beside the checkpoint TRL just wrote: the monitor after this step's report."""
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            partial = folder / (HEALTH + ".partial")
+            partial.write_text(json.dumps(self.health.monitor.state()))
+            partial.rename(folder / HEALTH)
 
     def eval_metrics(self) -> dict[str, float]:
         if self.evaluate is None:
@@ -107,7 +128,10 @@ class Reporting(TrainerCallback):
 
     def report(self, step: int, metrics: dict[str, float], control) -> None:
         self.last_step = step
-        if self.reporter is None or self.error is not None:
+        if self.error is not None:
+            return
+        self.health.check(step, metrics)
+        if self.reporter is None:
             return
         try:
             self.reporter.report(step, metrics)

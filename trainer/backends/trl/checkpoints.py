@@ -31,6 +31,7 @@ PREFIX = "checkpoint-"  # transformers' PREFIX_CHECKPOINT_DIR
 COMPLETE = "trainer_state.json"
 WEIGHTS = ("adapter_model.safetensors", "model.safetensors")  # the files Trainer reads first
 OPTIMIZER, SCHEDULER, SCALER = "optimizer.pt", "scheduler.pt", "scaler.pt"
+HEALTH = "health.json"  # ours (callback.py): the health monitor's state after that step
 RNG_FILE = re.compile(r"rng_state(_\d+)?\.pth")
 # adapter_config.json keys that differ between a saved adapter and the live one it came from
 ADAPTER_VOLATILE = {"base_model_name_or_path", "revision", "peft_version", "inference_mode"}
@@ -110,6 +111,13 @@ def _check(path: Path, trainer) -> None:
     for rng in path.iterdir():
         if RNG_FILE.fullmatch(rng.name):
             _rng(_torch_load(rng), rng.name)
+    if (path / HEALTH).is_file():
+        from trainer.run.health import HealthMonitor
+
+        try:
+            HealthMonitor([]).load_state(_json(path / HEALTH))
+        except ValueError as e:
+            raise CheckpointRefused(f"{HEALTH}: {e}") from None
     if trainer is not None:
         _fits(path, weights, tensors, optimizer, trainer)
 
