@@ -304,11 +304,12 @@ def post_update_kl(policy: Policy, batch: TokenBatch, cfg: DictConfig) -> dict[s
 
 
 def average_updates(updates: list[dict[str, float]]) -> dict[str, float]:
-    """Mean over the step's minibatches (times: the sum); with none (all groups filtered)
-    nothing moved."""
+    """Mean over the step's minibatches (times: the sum). With none (all groups filtered)
+    nothing was trained on, so nothing is measured: no loss, entropy, gradient or KL value (a
+    0 would read as a collapsed entropy to the health rules)."""
     times = {key: sum(u.get(key, 0.0) for u in updates) for key in UPDATE_SECONDS}
     if not updates:
-        return {**dict.fromkeys(UPDATE_METRICS, 0.0), **times}
+        return times
     return {**{key: sum(u[key] for u in updates) / len(updates) for key in UPDATE_METRICS}, **times}
 
 

@@ -20,7 +20,7 @@ from transformers.generation import (
 
 from trainer.env.prompts import Prompt, PromptRenderer
 from trainer.model.kv_cache import make_room, prefill_shared, with_cache
-from trainer.model.rollout import Rollout
+from trainer.model.rollout import Rollout, eos_ids
 from trainer.model.token_batch import left_pad
 from trainer.sampling.protocol import SamplingSettings
 
@@ -81,6 +81,7 @@ class TorchSampler:
         local = {d: i for i, d in enumerate(used)}
         prompt_rows_N = torch.tensor([local[d] for d in rows_N], device=device)
         input_ids_DS, attention_mask_DS = left_pad([ids_D[d] for d in used], tok.pad_token_id)
+        eos = eos_ids(self.policy.model, tok)
         with self.policy.inference() as model:
             tokens_NT, logp_NT = decode(
                 model,
@@ -88,20 +89,24 @@ class TorchSampler:
                 attention_mask_DS.to(device),
                 prompt_rows_N,
                 settings,
-                tok.eos_token_id,
+                sorted(eos),
                 tok.pad_token_id,
             )
         tokens, logps = tokens_NT.tolist(), logp_NT.tolist()
-        eos = tok.eos_token_id
-        lengths = [row.index(eos) + 1 if eos in row else len(row) for row in tokens]
+        lengths = [_ended_at(row, eos) for row in tokens]
         completions = [row[:n] for row, n in zip(tokens, lengths, strict=True)]
         texts = tok.batch_decode(completions, skip_special_tokens=True)
         return [
-            Rollout(ids_D[d], completion, row[:n], eos in completion, text)
+            Rollout(ids_D[d], completion, row[:n], completion[-1] in eos, text)
             for d, completion, row, n, text in zip(
                 rows_N, completions, logps, lengths, texts, strict=True
             )
         ]
+
+
+def _ended_at(row: list[int], eos: frozenset[int]) -> int:
+    """The completion's length: through its first end-of-sequence token, else the whole row."""
+    return next((t + 1 for t, token in enumerate(row) if token in eos), len(row))
 
 
 # From this vocabulary width on, a token is drawn by inverse CDF (a cumulative sum and a binary
@@ -129,7 +134,7 @@ def decode(
     attention_mask_DS: torch.Tensor,
     prompt_rows_N: torch.Tensor,
     settings: SamplingSettings,
-    eos_id: int,
+    eos_ids: list[int],
     pad_id: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample up to max_tokens tokens after left-padded prompts, with a KV cache.
@@ -148,6 +153,7 @@ def decode(
     mask_NL = attention_mask_DS[prompt_rows_N]
     seen_NL = input_ids_DS[prompt_rows_N]  # what the repetition penalty looks at
     ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DS.device)
+    eos_E = torch.tensor(eos_ids, device=input_ids_DS.device)
     tokens, logps = [], []
     for t in range(settings.max_tokens):
         scores_NV = logits_NV.float() / settings.temperature
@@ -160,7 +166,7 @@ def decode(
         token_N = token_N.masked_fill(ended_N, pad_id)
         tokens.append(token_N)
         logps.append(logp_NV.gather(-1, token_N[:, None])[:, 0])
-        ended_N = ended_N | (token_N == eos_id)
+        ended_N = ended_N | torch.isin(token_N, eos_E)
         if t == settings.max_tokens - 1 or bool(ended_N.all()):
             break
         if padded:

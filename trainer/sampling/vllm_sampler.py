@@ -77,7 +77,9 @@ class VLLMSampler:
             logps = [
                 step[token].logprob for token, step in zip(tokens, completion.logprobs, strict=True)
             ]
-            finished = bool(tokens) and tokens[-1] == tok.eos_token_id
+            # vLLM stops on the model's whole EOS list (its generation config) and says so;
+            # "length" is a cut at max_tokens
+            finished = completion.finish_reason == "stop"
             text = tok.decode(tokens, skip_special_tokens=True)
             rollouts.append(Rollout(ids, tokens, logps, finished, text))
         return rollouts

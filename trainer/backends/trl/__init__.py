@@ -112,6 +112,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.backends.trl.mapping import validate as validate_trl
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.tasks import make_task
+    from trainer.model.rollout import eos_ids
     from trainer.run.lr import resolve_lr
     from trainer.run.train import TrainResult, report_resumed
     from trainer.run.validation import validate
@@ -127,7 +128,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     renderer = PromptRenderer(tokenizer, **prompt_settings(cfg.task))
     task = with_trl_rewards(make_task(cfg.task), cfg.task, renderer)
-    data = training_data(cfg, task, renderer, _eos_ids(model, tokenizer))
+    data = training_data(cfg, task, renderer, set(eos_ids(model, tokenizer)))
     kwargs = grpo_kwargs(cfg, resolve_lr(cfg, model.config.hidden_size))
     kwargs["reward_weights"] = data.reward_weights
     lora = lora_config(cfg)
@@ -170,14 +171,6 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         reporting.per_problem,
         resumed_from_step=resumed_from,
     )
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    """What ends a completion in TRL's generation: the generation config's and the
-    tokenizer's end-of-sequence ids."""
-    configured = getattr(model.generation_config, "eos_token_id", None)
-    ids = set(configured if isinstance(configured, list) else [configured])
-    return {i for i in ids | {tokenizer.eos_token_id} if i is not None}
 
 
 def _evaluator(cfg: DictConfig, trainer, tokenizer, task):
