@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import torch
 from conftest import PROMPTS
 
@@ -69,3 +70,55 @@ def test_a_completion_ends_at_any_of_the_models_end_of_sequence_ids(composed):
     assert any(r.completion_ids[-1] == other and r.finished for r in rollouts)
     truncated = sum(not r.finished for r in rollouts) / len(rollouts)
     assert truncated < sum(not r.finished for r in plain) / len(plain)
+
+
+# --- TRL: the groups' shares from its rewards, not its frac_reward_zero_std flag -------------
+
+# Two reward functions, weights 1 and 0.5, group_size 4, three problems. Totals per rollout:
+# problem 0: 1.5 1.5 1.5 1.5 (all rewarded alike), problem 1: 0 0 0 0 (none), problem 2:
+# 1.5 0.5 1.5 1.5 (mixed). Zero-advantage share 2/3, mixed 1/3. TRL's flag with
+# scale_rewards=batch is isclose(batch std, 0) for every rollout: 0.0, whatever the groups.
+CORRECT = [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 1]
+FORMAT = [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_trl_group_shares_are_shares_of_groups_from_its_rewards():
+    from trainer.backends.trl.callback import group_rewards
+    from trainer.rl import rl_math
+
+    by_func = {"correct": CORRECT, "format": FORMAT}
+    rewards_PG = group_rewards(by_func, ["correct", "format"], [1.0, 0.5], 4)
+    assert rewards_PG.tolist() == [[1.5] * 4, [0.0] * 4, [1.5, 0.5, 1.5, 1.5]]
+    shares = rl_math.group_outcome_fractions(rewards_PG)
+    assert shares[metrics.GROUPS_ZERO_ADVANTAGE] == pytest.approx(2 / 3)
+    assert shares[metrics.GROUPS_MIXED] == pytest.approx(1 / 3)
+    # a function that returned None (NaN) for a rollout adds nothing, as TRL's nansum
+    with_none = {"correct": CORRECT, "format": [*FORMAT[:8], float("nan"), 1, 1, 1]}
+    assert group_rewards(with_none, ["correct", "format"], [1.0, 0.5], 4)[2, 0] == 1.0
+    assert group_rewards({}, ["correct"], [1.0], 4) is None  # nothing generated yet
+
+
+def test_trl_steps_report_the_groups_shares_whatever_trl_flagged():
+    """The callback's step: TRL's batch-level frac_reward_zero_std (0.0 with
+    scale_rewards=batch) does not reach the health rules; the groups' shares do."""
+    from types import SimpleNamespace
+
+    from trainer.backends.trl.callback import Reporting, group_rewards
+
+    cfg = SimpleNamespace(
+        num_substeps=1, compute_post_kl=False, max_steps=10, eval_every=0, kl_threshold=0.01
+    )
+
+    class Seen:
+        def report(self, step, metrics_):
+            self.metrics = metrics_
+
+    seen = Seen()
+    rewards = lambda: group_rewards({"c": CORRECT, "f": FORMAT}, ["c", "f"], [1.0, 0.5], 4)  # noqa: E731
+    reporting = Reporting(cfg, seen, None, lambda post: {}, False, None, rewards)
+    control = SimpleNamespace(should_training_stop=False, should_save=True)
+    logs = {"reward": 0.7, "frac_reward_zero_std": 0.0, "entropy": 0.9}
+    reporting.on_log(None, SimpleNamespace(global_step=1), control, logs=logs)
+    assert seen.metrics[metrics.GROUPS_ZERO_ADVANTAGE] == pytest.approx(2 / 3)
+    assert seen.metrics[metrics.GROUPS_MIXED] == pytest.approx(1 / 3)
+    assert seen.metrics["trl/frac_reward_zero_std"] == 0.0

@@ -298,9 +298,7 @@ def test_trls_logs_reach_the_reporter_under_our_names():
     }
     assert our_metrics(logs) == {
         "reward/mean": 0.5,
-        "groups/frac_mixed": 0.75,
-        "groups/frac_zero_advantage": 0.25,
-        "trl/frac_reward_zero_std": 0.25,
+        "trl/frac_reward_zero_std": 0.25,  # a batch-level flag with scale_rewards=batch
         "completions/truncated": 0.1,
         "completions/mean_length": 7.0,
         "reward/last_number": 0.4,

@@ -148,7 +148,9 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     report_resumed(reporter, resumed_from)
     evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
     resumed = resumed_from is not None
-    reporting = Reporting(cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts)
+    reporting = Reporting(
+        cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts, _rewards(trainer)
+    )
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
     if checkpoint is not None:
@@ -171,6 +173,19 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         reporting.per_problem,
         resumed_from_step=resumed_from,
     )
+
+
+def _rewards(trainer):
+    """The step's rewards, problems x group, from what TRL keeps of its last generation (its
+    per-function rewards, gathered from every rank)."""
+    from trainer.backends.trl.callback import group_rewards
+
+    def read():
+        weights = trainer.reward_weights.tolist()
+        by_func = trainer._logs["rewards"]  # TRL's own record of the last generation
+        return group_rewards(by_func, trainer.reward_func_names, weights, trainer.num_generations)
+
+    return read
 
 
 def _evaluator(cfg: DictConfig, trainer, tokenizer, task):

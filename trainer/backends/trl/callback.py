@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from records import metrics as metrics_names
 from trainer.backends.trl.checkpoints import HEALTH
 from trainer.backends.trl.data import TimeoutCount
+from trainer.rl import rl_math
 from trainer.run.train import NonFiniteError, RunHealth
 
 # TRL's logged name -> ours, where the meaning is the same; the rest go under `trl/<name>`.
@@ -42,23 +44,43 @@ TRAIN_SUMMARY = "train_runtime"  # in the log TRL writes once training ended: no
 
 def our_metrics(logs: dict[str, float]) -> dict[str, float]:
     """TRL's logs under our names; a value TRL logged as None (nothing to average) is left
-    out, never reported as 0."""
+    out, never reported as 0. Not `frac_reward_zero_std` as the groups' shares: with
+    scale_rewards=batch it is one batch-level 0/1 flag (`group_rewards` gives them)."""
     metrics: dict[str, float] = {}
     for name, value in logs.items():
         if value is None or isinstance(value, str):
             continue
-        if name == "frac_reward_zero_std":  # groups whose rollouts all scored the same
-            metrics[metrics_names.GROUPS_MIXED] = 1.0 - value
-            metrics[metrics_names.GROUPS_ZERO_ADVANTAGE] = float(value)
-        elif name.startswith("rewards/") and name.endswith("/mean"):
+        if name.startswith("rewards/") and name.endswith("/mean"):
             metrics[metrics_names.reward_part(name.split("/")[1])] = value
         metrics[SAME_MEANING.get(name, TRL_PREFIX + name)] = float(value)
     return metrics
 
 
+def group_rewards(
+    by_func: Mapping[str, Sequence[float]],
+    names: Sequence[str],
+    weights: Sequence[float],
+    group_size: int,
+) -> torch.Tensor | None:
+    """The last generation's total reward per rollout, problems x group_size, summed over
+    the reward functions with their weights as TRL sums them (a function's None, NaN, adds
+    nothing); TRL keeps each rollout's per-function rewards, its groups consecutive. None when
+    it holds none."""
+    columns = [list(by_func.get(name, ())) for name in names]
+    if not columns or not columns[0] or any(len(c) != len(columns[0]) for c in columns):
+        return None
+    per_func_NF = torch.tensor(columns, dtype=torch.float64).T
+    total_N = (per_func_NF * torch.tensor(weights, dtype=torch.float64)).nansum(dim=1)
+    if len(total_N) % group_size:
+        return None
+    return total_N.view(-1, group_size)
+
+
 class Reporting(TrainerCallback):
     """evaluate: None on ranks other than 0; else () -> (metrics, per-problem rewards).
-    step_kls(post_update) -> the KLs of the step just trained (every rank)."""
+    step_kls(post_update) -> the KLs of the step just trained (every rank). rewards() -> the
+    step's rewards, problems x group (`group_rewards`), for the groups' shares as ours
+    (rl_math.group_outcome_fractions) in every scale_rewards mode."""
 
     def __init__(
         self,
@@ -68,9 +90,11 @@ class Reporting(TrainerCallback):
         step_kls: Callable,
         resumed: bool,
         timeouts: TimeoutCount | None = None,
+        rewards: Callable[[], torch.Tensor | None] | None = None,
     ) -> None:
         self.cfg, self.reporter, self.evaluate, self.step_kls = cfg, reporter, evaluate, step_kls
         self.timeouts = timeouts
+        self.rewards = rewards
         self.substeps = int(cfg.num_substeps)
         self.resumed = resumed
         self.error: BaseException | None = None
@@ -115,6 +139,9 @@ class Reporting(TrainerCallback):
         step = state.global_step // self.substeps
         metrics = our_metrics(logs)
         metrics.update(self.step_kls(bool(self.cfg.compute_post_kl)))
+        rewards_PG = self.rewards() if self.rewards is not None else None
+        if rewards_PG is not None:
+            metrics.update(rl_math.group_outcome_fractions(rewards_PG))
         if self.timeouts is not None:
             metrics[metrics_names.REWARD_TIMEOUTS] = self.timeouts.take()
         eval_every = self.cfg.eval_every
