@@ -122,3 +122,34 @@ def test_trl_steps_report_the_groups_shares_whatever_trl_flagged():
     assert seen.metrics[metrics.GROUPS_ZERO_ADVANTAGE] == pytest.approx(2 / 3)
     assert seen.metrics[metrics.GROUPS_MIXED] == pytest.approx(1 / 3)
     assert seen.metrics["trl/frac_reward_zero_std"] == 0.0
+
+
+# --- entropy_collapse's bound on the recorded real-model curves (calibration files) ---------
+
+
+def test_the_entropy_bound_fires_on_the_recorded_collapses_and_not_on_the_learners():
+    """SmolLM2 (bench/results/health_curves_smollm2_seed*.json, 12 steps): lr=1e-2 and 3e-3
+    collapse (entropy 0.97 -> 0.02, 0.06), lr=3e-4 (both seeds, lowest 0.11 and 0.19 of its
+    first) and lr=1e-3 (0.20) learn. The bound 0.1 x the first step's is kept as it was."""
+    import json
+    from pathlib import Path
+
+    from trainer.run.health import failure_mode_rules
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    runs = {}
+    for seed in (0, 1):
+        recorded = json.loads((results / f"health_curves_smollm2_seed{seed}.json").read_text())
+        for name, run in recorded.items():
+            if name != "machine":
+                curve = run.get("curve", run)
+                runs[f"seed{seed} {name}"] = {int(s): m for s, m in curve.items()}
+    (rule,) = [r for r in failure_mode_rules() if r.name == "entropy_collapse"]
+    fired = {name: [b.step for b in warnings([rule], curve)] for name, curve in runs.items()}
+    assert fired == {
+        "seed0 lr=0.0003 num_substeps=1": [],
+        "seed0 lr=0.001 num_substeps=1": [],
+        "seed0 lr=0.003 num_substeps=1": [11],
+        "seed0 lr=0.01 num_substeps=1": [6],
+        "seed1 lr=0.0003 num_substeps=1 seed=1": [],
+    }

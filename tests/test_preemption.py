@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from records.metrics import REWARD
 from records.optuna_storage import exclusive
-from records.sweep import State, TrialAttr, replicate_key, replicates
+from records.sweep import State, StudyAttr, TrialAttr, replicate_key, replicates
 from sweeper.study import recovery
 from sweeper.sweep import tell
 
@@ -237,3 +237,50 @@ def test_an_interrupted_trial_closes_the_runs_it_had_not_recorded_yet(tmp_path, 
     assert [client.get_run(r.run_id).info.status for r in (earlier, created)] == ["KILLED"] * 2
     (retry,) = oa.waiting_trials(study)
     assert retry.user_attrs[TrialAttr.RESUME_DIRS] == resume  # the retry continues that run
+
+
+# --- the health monitor survives the resume -------------------------------------------------
+
+# One collapsing point (tiny model, lr=3e-2: eval 0.28 -> 0.0 within 10 steps, bench/HEALTH.md)
+# watched by eval_collapse alone: it reads the step-0 baseline, which a resume never sees
+# again, so only a monitor that came back with the checkpoint can prune it after a resume.
+COLLAPSE = ["lr=3e-2", "max_steps=12", "eval_every=6", "task.eval_size=16", "save_every=2"]
+COLLAPSE += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+COLLAPSE += [
+    "hydra.sweeper.health=[{name: eval_collapse, metric: eval/reward/mean, "
+    "check: below_baseline, bound: 0.1}]"
+]
+FIRST_CHECKPOINT = {"ours": "checkpoints/step_000002/state.json", "trl": "checkpoint-2/health.json"}
+
+
+@pytest.mark.parametrize("backend", ["ours", "trl"])
+def test_a_trial_resumed_mid_collapse_is_pruned_at_the_uninterrupted_step(tmp_path, backend):
+    """SIGTERM once the trial's step-2 checkpoint is saved (its collapse shows at the step-6
+    eval), then the same command: the resumed trial is pruned by eval_collapse at the step the
+    rules prune its whole recorded curve at (an uninterrupted monitor on the same metrics)."""
+    from trainer.run.health import replay, rules_from_settings
+
+    args = [*COLLAPSE, *(["backend=trl"] if backend == "trl" else [])]
+    sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(f"multirun/*/*/t*/{FIRST_CHECKPOINT[backend]}")):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the trial saved no step-2 checkpoint"
+        time.sleep(0.2)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=60)
+    assert "resume with the same command" in stderr, stderr[-3000:]
+    done = run_sweep(tmp_path, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = study_in(tmp_path)
+    (retry,) = [t for t in study.trials if TrialAttr.RETRY_OF in t.user_attrs]
+    (seed_run,) = replicates(retry)
+    assert retry.state.name == "PRUNED", seed_run.reason
+    assert seed_run.breach["rule"] == "eval_collapse"
+    assert 2 <= seed_run.resumed_from_step < seed_run.breach["step"]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    history = client.get_metric_history(seed_run.run_id, "eval/reward/mean")
+    curve = {m.step: {"eval/reward/mean": m.value} for m in history}
+    assert 0 in curve  # the baseline, from before the preemption
+    rules = rules_from_settings(study.user_attrs[StudyAttr.HEALTH_RULES], 0.01)
+    assert replay(rules, curve).step == seed_run.breach["step"]
