@@ -153,3 +153,35 @@ def test_the_entropy_bound_fires_on_the_recorded_collapses_and_not_on_the_learne
         "seed0 lr=0.01 num_substeps=1": [6],
         "seed1 lr=0.0003 num_substeps=1 seed=1": [],
     }
+
+
+def test_trls_callback_saves_the_monitor_beside_the_checkpoint_and_restores_it(tmp_path):
+    """on_save writes health.json into TRL's checkpoint-<n>/ (after that step's report);
+    restore() gives a resumed run the same monitor."""
+    import json
+    from types import SimpleNamespace
+
+    from trainer.backends.trl.callback import Reporting
+    from trainer.backends.trl.checkpoints import HEALTH
+
+    cfg = SimpleNamespace(
+        num_substeps=1, compute_post_kl=False, max_steps=10, eval_every=0, kl_threshold=0.01
+    )
+    control = SimpleNamespace(should_training_stop=False, should_save=True)
+    first = Reporting(cfg, None, None, lambda post: {}, False)
+    first.report(0, {metrics.EVAL_REWARD: 0.3}, control)
+    for step in (1, 2):
+        first.report(step, {metrics.KL_PRE_POST_V2: 0.5, metrics.ENTROPY: 1.0}, control)
+    (tmp_path / "checkpoint-2").mkdir()
+    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2)
+    state.is_world_process_zero = True
+    first.on_save(args, state, control)
+    saved = json.loads((tmp_path / "checkpoint-2" / HEALTH).read_text())
+    assert saved["streaks"]["post_update_kl"] == 2
+    assert saved["baselines"][metrics.EVAL_REWARD] == 0.3
+    resumed = Reporting(cfg, None, None, lambda post: {}, True)
+    resumed.restore(tmp_path / "checkpoint-2")
+    assert resumed.health.monitor.state() == first.health.monitor.state()
+    # the next KL breach is the rule's third in a row, as in the run never stopped
+    fired = resumed.health.monitor.breaches(3, {metrics.KL_PRE_POST_V2: 0.5})
+    assert [b.rule for b in fired] == ["post_update_kl"]

@@ -244,7 +244,8 @@ def test_an_interrupted_trial_closes_the_runs_it_had_not_recorded_yet(tmp_path, 
 # One collapsing point (tiny model, lr=3e-2: eval 0.28 -> 0.0 within 10 steps, bench/HEALTH.md)
 # watched by eval_collapse alone: it reads the step-0 baseline, which a resume never sees
 # again, so only a monitor that came back with the checkpoint can prune it after a resume.
-COLLAPSE = ["lr=3e-2", "max_steps=12", "eval_every=6", "task.eval_size=16", "save_every=2"]
+COLLAPSE = ["lr=3e-2", "batch_size=4", "group_size=4", "max_steps=20", "eval_every=10"]
+COLLAPSE += ["task.eval_size=16", "save_every=2"]
 COLLAPSE += ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
 COLLAPSE += [
     "hydra.sweeper.health=[{name: eval_collapse, metric: eval/reward/mean, "
@@ -255,7 +256,7 @@ FIRST_CHECKPOINT = {"ours": "checkpoints/step_000002/state.json", "trl": "checkp
 
 @pytest.mark.parametrize("backend", ["ours", "trl"])
 def test_a_trial_resumed_mid_collapse_is_pruned_at_the_uninterrupted_step(tmp_path, backend):
-    """SIGTERM once the trial's step-2 checkpoint is saved (its collapse shows at the step-6
+    """SIGTERM once the trial's step-2 checkpoint is saved (its collapse shows at the step-10
     eval), then the same command: the resumed trial is pruned by eval_collapse at the step the
     rules prune its whole recorded curve at (an uninterrupted monitor on the same metrics)."""
     from trainer.run.health import replay, rules_from_settings
