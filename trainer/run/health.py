@@ -43,8 +43,9 @@ class Guard(str, Enum):
     """When a rule's check counts, read from another metric's trend (`guard_metric`)."""
 
     none = "none"
-    not_rising = "not_rising"  # only while the guard metric is not rising (a KL breach while
-    # the training reward climbs is a fast learner, not a collapse: bench/HEALTH.md)
+    not_rising = "not_rising"  # only while the guard metric is not rising (on the training
+    # reward, the quantity optimised, its window against one noisy step-1 batch misreads
+    # collapses as rising: the defaults use not_improved on the held-out reward instead)
     rising = "rising"  # only while it rises (held-out reward falling while training reward
     # rises: the shape of reward hacking)
     not_improved = "not_improved"  # fires only while the guard metric's latest value after
