@@ -288,3 +288,47 @@ def test_a_saved_monitor_state_that_is_not_one_is_refused_in_one_line():
     ]:
         with pytest.raises(ValueError, match=message):
             HealthMonitor(default_rules(0.01)).load_state(bad)
+
+
+def test_a_resumed_forecaster_reads_its_points_back_and_forecasts_as_one_never_stopped(tmp_path):
+    """pruner=forecast: the points up to the checkpoint come back from the seed's MLflow run
+    (which the resume continues); a point logged past the checkpoint by the lost attempt is
+    not one of them."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from records.metrics import stderr_of
+    from records.sweep import FORECAST_MEAN, StudyAttr, replicate_key
+    from sweeper.sweep.forecaster import Forecaster
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = client.create_run(client.create_experiment("grpo")).info.run_id
+
+    class Run:
+        def __init__(self) -> None:
+            self.client, self.run_id, self.metrics = client, run_id, {}
+
+        def log_metrics(self, step, values) -> None:
+            for key, value in values.items():
+                self.metrics.setdefault(key, {})[step] = value
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, EVAL)
+    best = study.ask()
+    best.set_user_attr(replicate_key(0), {"seed": 0, "state": "COMPLETE", "stderr": 0.02})
+    study.tell(best, 0.9)
+    trial = study.ask()
+    points = {0: 0.3, 10: 0.4, 20: 0.42, 30: 0.45}
+    straight, straight_run = Forecaster(trial, 50, 0.75, True), Run()
+    for step, value in points.items():
+        straight.judge(step, value, 0.02, straight_run)
+    for step, value in [*points.items()][:3]:  # the lost attempt logged up to step 20
+        client.log_metric(run_id, EVAL, value, step=step)
+        client.log_metric(run_id, stderr_of(EVAL), 0.02, step=step)
+    resumed, resumed_run = Forecaster(trial, 50, 0.75, True), Run()
+    resumed.resume(10, resumed_run)  # its checkpoint was step 10's
+    assert resumed.curve == {0: (0.3, 0.02), 10: (0.4, 0.02)}
+    for step in (20, 30):
+        resumed.judge(step, points[step], 0.02, resumed_run)
+    forecasts = straight_run.metrics[FORECAST_MEAN]
+    assert resumed_run.metrics[FORECAST_MEAN] == {s: forecasts[s] for s in (20, 30)}
