@@ -163,6 +163,9 @@ def cmd_rules(args: argparse.Namespace) -> int:
         if missing:
             raise AnalysisError(f"--curves={missing[0]}: no such file or folder")
         runs = rule_replay.load_library(args.curves, args.part)
+        problem = rule_replay.cadence_problem(runs, args.eval_every)
+        if problem:
+            raise AnalysisError(problem)
         source = f"{len(runs)} recorded runs" + (f" ({args.part})" if args.part else "")
     else:
         data = load_study(args.storage, args.study, with_mlflow=False)

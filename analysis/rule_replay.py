@@ -44,6 +44,7 @@ class Run:
     part: str = ""  # calibration / heldout (the library), "" for a study's runs
     complete: bool = True  # a pruned or failed trial's curve is cut: it has no label
     error: str | None = None  # the library's run that blew up (non-finite): a collapse
+    eval_every: int = 1  # the cadence it was recorded at: a replay's must be a multiple
 
     @property
     def last_step(self) -> int:
@@ -219,6 +220,18 @@ def replay_table(rules: Sequence[HealthRule], runs: Iterable[Run], every: int) -
     ]
 
 
+def cadence_problem(runs: Iterable[Run], every: int) -> str | None:
+    """Why `every` cannot be replayed exactly on these runs (an eval between their recorded
+    ones), or None."""
+    recorded = {r.eval_every for r in runs if every % r.eval_every}
+    if not recorded:
+        return None
+    return (
+        f"--eval-every={every}: some runs were recorded with an eval every {min(recorded)} "
+        f"steps; replay a multiple of it"
+    )
+
+
 def load_library(paths: Iterable[Path], part: str | None = None) -> list[Run]:
     """The recorded-curve library's runs (bench/record_curves.py's JSON files, or folders of
     them), only those of `part` when given."""
@@ -244,6 +257,7 @@ def library_run(data: Mapping[str, Any]) -> Run:
         batch,
         data.get("part", ""),
         error=data.get("error"),
+        eval_every=data.get("eval_every", 1),
     )
 
 

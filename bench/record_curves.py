@@ -58,14 +58,14 @@ def run_id(model: str, task: str, lr: float, seed: int) -> str:
 
 
 def planned(args: argparse.Namespace) -> list[dict]:
-    """The campaign's runs in the order they are recorded: seed by seed, so a campaign cut
-    short covers the whole grid at its first seeds."""
+    """The campaign's runs in the order they are recorded: seed by seed, each seed lr by lr
+    across the tasks, so a campaign cut short covers both tasks at its first seeds."""
     runs = []
     for seed in seeds_of(0, args.seeds):
         if args.part not in ("all", part_of(seed)):
             continue
-        for task in args.tasks or MODEL_TASKS[args.model]:
-            for lr in args.lrs or MODEL_LRS[args.model]:
+        for lr in args.lrs or MODEL_LRS[args.model]:
+            for task in args.tasks or MODEL_TASKS[args.model]:
                 runs.append({"model": args.model, "task": task, "lr": lr, "seed": seed})
     return runs
 

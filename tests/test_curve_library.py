@@ -138,6 +138,10 @@ def test_rules_command_on_library_files_and_its_one_line_errors(tmp_path, capsys
     assert main(["rules", "--curves", str(tmp_path), "--eval-every", "0"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--eval-every=0: must be an integer >= 1" in err
+    every2 = json.loads((tmp_path / "a.json").read_text()) | {"eval_every": 2}
+    (tmp_path / "a.json").write_text(json.dumps(every2))
+    assert main(["rules", "--curves", str(tmp_path), "--eval-every", "3"]) == 1
+    assert "an eval every 2 steps; replay a multiple of it" in capsys.readouterr().err
 
 
 def test_rules_command_replays_a_studys_own_rules_on_its_stores(tmp_path, capsys):
