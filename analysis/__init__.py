@@ -15,6 +15,8 @@ Modules, one job each (the records and stores they read are records/'s):
   tuned       the best trial's tuned YAML (`python -m analysis best`, records/tuned_file.py's)
   compare     two studies side by side
   sweep_job   the sweep job's config: the training schema plus the binding to its trial
+  curve_labels  what became of a run, from its whole curve: learning, collapsed, hacked, ...
+  rule_replay   health rules replayed on finished runs: prunes, catches, false prunes, delay
 
-`__main__` is `python -m analysis {report,best,compare}`.
+`__main__` is `python -m analysis {report,best,compare,rules}`.
 """

@@ -1,9 +1,10 @@
-"""`python -m analysis {report,best,compare}`: read a sweep's stores, say what happened.
+"""`python -m analysis {report,best,compare,rules}`: read a sweep's stores, say what happened.
 
 report   leaderboard in the terminal; HTML report + PNG figures in reports/<study>/,
          also logged to the study's MLflow parent run
 best     the tuned YAML of the best trial (what `+tuned=<study>` composes)
 compare  two studies' best configs and objectives side by side
+rules    replay health rules on finished runs: each rule's prunes, catches, false prunes
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from analysis.report import advice_text, leaderboard_text, summary_lines, write_
 from records.defaults import DEFAULT_EXPERIMENT, DEFAULT_STORAGE
 from records.errors import first_line
 from records.sweep import StudyAttr
+from trainer.base.config import TrainConfig
+from trainer.run.health import default_rules
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +66,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
     c.add_argument("--storage-b", help="storage of the second study (default: --storage)")
     c.set_defaults(func=cmd_compare)
+
+    h = sub.add_parser("rules", help="replay health rules on finished runs, with error rates")
+    h.add_argument("--study", help="a study's runs (default: --curves, else the most recent)")
+    h.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
+    h.add_argument("--curves", nargs="+", type=Path, help="recorded-curve JSON files or folders")
+    h.add_argument("--part", help="only the library's runs of this part (calibration, heldout)")
+    h.add_argument("--eval-every", type=int, default=TrainConfig.eval_every, help="eval cadence")
+    h.add_argument("--defaults", action="store_true", help="today's default rules, not the study's")
+    h.set_defaults(func=cmd_rules)
     return p
 
 
@@ -137,6 +149,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a = load_study(args.storage, args.study_a, with_mlflow=False)
     b = load_study(args.storage_b or args.storage, args.study_b, with_mlflow=False)
     print(compare_text(a, b))
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from analysis import rule_replay
+
+    if args.eval_every < 1:
+        raise AnalysisError(f"--eval-every={args.eval_every}: must be an integer >= 1")
+    rules = None
+    if args.curves:
+        missing = [str(p) for p in args.curves if not p.exists()]
+        if missing:
+            raise AnalysisError(f"--curves={missing[0]}: no such file or folder")
+        runs = rule_replay.load_library(args.curves, args.part)
+        problem = rule_replay.cadence_problem(runs, args.eval_every)
+        if problem:
+            raise AnalysisError(problem)
+        source = f"{len(runs)} recorded runs" + (f" ({args.part})" if args.part else "")
+    else:
+        data = load_study(args.storage, args.study, with_mlflow=False)
+        uri = data.attrs.get(StudyAttr.MLFLOW_TRACKING_URI)
+        if not uri:
+            raise AnalysisError(f"study {data.name} recorded no MLflow tracking URI: no curves")
+        with quick_mlflow():
+            runs = rule_replay.study_runs(data, mlflow_client(uri))
+        rules = None if args.defaults else rule_replay.study_rules(data.attrs)
+        source = f"study {data.name}"
+    if not runs:
+        raise AnalysisError(f"{source}: no runs to replay")
+    which = "the study's rules" if rules is not None else "the default rules"
+    rules = rules if rules is not None else default_rules()
+    print(f"{source}, {which}:")
+    print("\n".join(rule_replay.replay_table(rules, runs, args.eval_every)))
     return 0
 
 

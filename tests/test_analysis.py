@@ -498,3 +498,15 @@ def test_real_sweep_end_to_end(tmp_path: Path) -> None:
         timeout=300,
     )
     assert again.returncode == 0 and again.stdout == tuned, again.stderr
+    # the same finished sweep, its default rules replayed on its runs' whole MLflow histories
+    rules = subprocess.run(
+        [sys.executable, "-m", "analysis", "rules", "--eval-every", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rules.returncode == 0, rules.stderr
+    assert f"study {study.study_name}, the study's rules:" in rules.stdout
+    assert "2 runs at eval_every=2:" in rules.stdout and "all together" in rules.stdout

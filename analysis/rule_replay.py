@@ -1,0 +1,289 @@
+"""Replay health rules on finished runs: what each rule would have pruned or warned, against
+each run's label from its whole curve (curve_labels), at a chosen eval cadence.
+
+`python -m analysis rules` reads the runs of a study (MLflow) or the recorded-curve library's
+JSON files (bench/record_curves.py) and prints, per rule and for the rules together: would-be
+prunes, catches of broken runs, false prunes of learning runs, and the median delay from the
+break to the stop, each rate with its 95% Wilson interval and its counts. The rules are
+trainer/run/health.py's, run through its HealthMonitor: the decisions a sweep would make.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.curve_labels import BROKEN, COLLAPSED, LEARNING, Label, Point, label
+from analysis.load import StudyData, history
+from analysis.load import _training_runs as training_runs
+from records import metrics as names
+from records.metrics import is_finite_number
+from records.sweep import StudyAttr
+from trainer.base.config import TrainConfig
+from trainer.run.health import HealthRule, replay, rules_from_settings, warnings
+
+Steps = dict[int, dict[str, float]]  # {step: metrics}
+EVAL_PREFIX = "eval/"
+Z95 = 1.959963984540054
+
+
+@dataclass
+class Run:
+    """One finished run: its metrics by step and what its label reads."""
+
+    run: str
+    steps: Steps
+    heldout_metric: str = names.EVAL_REWARD
+    eval_size: int | None = None  # for a binomial stderr where none was logged
+    batch_size: int = TrainConfig.batch_size  # problems a step: the training reward's noise
+    part: str = ""  # calibration / heldout (the library), "" for a study's runs
+    complete: bool = True  # a pruned or failed trial's curve is cut: it has no label
+    error: str | None = None  # the library's run that blew up (non-finite): a collapse
+    eval_every: int = 1  # the cadence it was recorded at: a replay's must be a multiple
+
+    @property
+    def last_step(self) -> int:
+        return max(self.steps)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the rules did on one run."""
+
+    run: str
+    label: str | None  # None: the curve is cut, no label
+    broke_at: int | None
+    pruned_at: int | None
+    pruned_by: str | None
+    warned: dict[str, int]  # warning rule -> its first step (before any prune)
+    last_step: int
+
+    @property
+    def stop(self) -> int | None:
+        """The step a warn-or-prune first fired."""
+        return min([*self.warned.values(), *filter(None, [self.pruned_at])], default=None)
+
+
+def at_cadence(steps: Steps, every: int) -> Steps:
+    """The run as a sweep at `eval_every=every` would have seen it: eval metrics kept at step
+    0, every `every`-th step and the last step only (an eval never changes training)."""
+    last = max(steps)
+    return {
+        s: {
+            k: v
+            for k, v in m.items()
+            if not k.startswith(EVAL_PREFIX) or _evaluated(s, every, last)
+        }
+        for s, m in steps.items()
+    }
+
+
+def _evaluated(step: int, every: int, last: int) -> bool:
+    return step in (0, last) or (every > 0 and step % every == 0)
+
+
+def run_rules(rules: Sequence[HealthRule], steps: Steps) -> tuple[Any, dict[str, int]]:
+    """The first pruning breach (or None) and each warning rule's first step before it:
+    health.py's own replay, the monitor a sweep runs."""
+    return replay(rules, steps), {b.rule: b.step for b in warnings(rules, steps)}
+
+
+def labelled(run: Run) -> Label | None:
+    if run.error:
+        return Label(COLLAPSED, run.last_step, f"not finite at step {run.last_step}")
+    if not run.complete:
+        return None
+    held = [
+        Point(s, m[run.heldout_metric], _eval_stderr(run, m))
+        for s, m in sorted(run.steps.items())
+        if is_finite_number(m.get(run.heldout_metric))
+    ]
+    train = [
+        Point(s, m[names.REWARD], m.get(names.REWARD_STD, 0.0) / math.sqrt(run.batch_size))
+        for s, m in sorted(run.steps.items())
+        if s > 0 and is_finite_number(m.get(names.REWARD))
+    ]
+    return label(held, train) if len(held) >= 2 else None
+
+
+def _eval_stderr(run: Run, m: Mapping[str, float]) -> float:
+    logged = m.get(names.stderr_of(run.heldout_metric))
+    if is_finite_number(logged):
+        return logged
+    p = min(max(m[run.heldout_metric], 0.0), 1.0)  # a 0/1 reward part: binomial
+    return math.sqrt(p * (1 - p) / (run.eval_size or 1))
+
+
+def outcome(rules: Sequence[HealthRule], run: Run, every: int, lab: Label | None) -> Outcome:
+    breach, warned = run_rules(rules, at_cadence(run.steps, every))
+    return Outcome(
+        run.run,
+        lab.label if lab else None,
+        lab.broke_at if lab else None,
+        breach.step if breach else None,
+        breach.rule if breach else None,
+        warned,
+        run.last_step,
+    )
+
+
+def wilson(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's 95% interval for a proportion hits/n; (0, 1) when n is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class Tally:
+    """One rule set's record over the labelled runs."""
+
+    name: str
+    runs: int = 0
+    prunes: int = 0
+    learning: int = 0
+    false_prunes: int = 0
+    broken: int = 0
+    caught: int = 0  # broken runs pruned or warned
+    caught_pruned: int = 0
+    delays: list[float] = field(default_factory=list)  # (stop - break) / run length
+
+    def add(self, o: Outcome) -> None:
+        self.runs += 1
+        self.prunes += o.pruned_at is not None
+        if o.label == LEARNING:
+            self.learning += 1
+            self.false_prunes += o.pruned_at is not None
+        if o.label in BROKEN:
+            self.broken += 1
+            self.caught_pruned += o.pruned_at is not None
+            if o.stop is not None:
+                self.caught += 1
+                if o.broke_at is not None:
+                    self.delays.append((o.stop - o.broke_at) / max(o.last_step, 1))
+
+    def line(self) -> str:
+        def rate(hits: int, n: int) -> str:
+            if n == 0:
+                return "-/0"
+            low, high = wilson(hits, n)
+            return f"{hits}/{n} {hits / n:.0%} [{low:.0%}, {high:.0%}]"
+
+        delay = f"{statistics.median(self.delays):+.0%}" if self.delays else "-"
+        return (
+            f"{self.name:<24} {self.prunes:>6}  {rate(self.false_prunes, self.learning):<20} "
+            f"{rate(self.caught, self.broken):<20} {rate(self.caught_pruned, self.broken):<20} "
+            f"{delay:>6}"
+        )
+
+
+HEADER = (
+    f"{'rules':<24} {'prunes':>6}  {'false prunes/learning':<20} {'caught (prune|warn)':<20} "
+    f"{'caught by prune':<20} {'delay':>6}"
+)
+
+
+def tallies(rules: Sequence[HealthRule], runs: Sequence[Run], every: int) -> list[Tally]:
+    """One tally per rule alone, then one for the rules together."""
+    out = [Tally(rule.name) for rule in rules] + [Tally("all together")]
+    for run in runs:
+        lab = labelled(run)
+        for rule, tally in zip(rules, out, strict=False):
+            tally.add(outcome([rule], run, every, lab))
+        out[-1].add(outcome(rules, run, every, lab))
+    return out
+
+
+def replay_table(rules: Sequence[HealthRule], runs: Iterable[Run], every: int) -> list[str]:
+    """The report: the label counts, then a line per rule alone and the rules together.
+    Delay: the median of (first stop - the label's break step) over the run's length."""
+    runs = list(runs)
+    counts: dict[str, int] = {}
+    for run in runs:
+        lab = labelled(run)
+        key = lab.label if lab else "unlabelled (cut short)"
+        counts[key] = counts.get(key, 0) + 1
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return [
+        f"{len(runs)} runs at eval_every={every}: {shown}",
+        "rates with their 95% Wilson interval; delay: median (stop - break) / run steps",
+        HEADER,
+        *(t.line() for t in tallies(rules, runs, every)),
+    ]
+
+
+def cadence_problem(runs: Iterable[Run], every: int) -> str | None:
+    """Why `every` cannot be replayed exactly on these runs (an eval between their recorded
+    ones), or None."""
+    recorded = {r.eval_every for r in runs if every % r.eval_every}
+    if not recorded:
+        return None
+    return (
+        f"--eval-every={every}: some runs were recorded with an eval every {min(recorded)} "
+        f"steps; replay a multiple of it"
+    )
+
+
+def load_library(paths: Iterable[Path], part: str | None = None) -> list[Run]:
+    """The recorded-curve library's runs (bench/record_curves.py's JSON files, or folders of
+    them), only those of `part` when given."""
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    runs = [library_run(json.loads(f.read_text())) for f in files]
+    return [r for r in runs if part in (None, r.part)]
+
+
+def library_run(data: Mapping[str, Any]) -> Run:
+    steps = {
+        int(s): {k: float(v) for k, v in m.items() if isinstance(v, int | float | str)}
+        for s, m in data["steps"].items()
+    }
+    batch = next(
+        (int(o.split("=", 1)[1]) for o in data.get("overrides", []) if o.startswith("batch_size=")),
+        data.get("batch_size", TrainConfig.batch_size),
+    )
+    return Run(
+        data["run"],
+        steps,
+        data.get("heldout_metric", names.EVAL_REWARD),
+        data.get("eval_size"),
+        batch,
+        data.get("part", ""),
+        error=data.get("error"),
+        eval_every=data.get("eval_every", 1),
+    )
+
+
+def study_rules(attrs: Mapping[str, Any]) -> list[HealthRule] | None:
+    """The rules a study pruned by (stored in its attributes), or None when it stored none."""
+    stored = attrs.get(StudyAttr.HEALTH_RULES)
+    if stored is None:
+        return None
+    kl = attrs.get(StudyAttr.KL_THRESHOLD) or TrainConfig.kl_threshold
+    return rules_from_settings(stored, kl)
+
+
+def study_runs(data: StudyData, client: Any) -> list[Run]:
+    """Every training run (one per seed) of a study's trials, each metric's whole history;
+    runs of trials that did not complete are kept unlabelled (their curves are cut)."""
+    runs = []
+    states = {t.number: t.state for t in data.trials}
+    for number, seeds in sorted(training_runs(client, data).items()):
+        for seed, run_id in sorted(seeds.items()):
+            keys = client.get_run(run_id).data.metrics
+            steps: Steps = {}
+            for key in keys:
+                for step, value in history(client, run_id, key):
+                    steps.setdefault(step, {})[key] = value
+            if steps:
+                name = f"t{number}" + (f" seed {seed}" if data.seeds > 1 else "")
+                complete = states.get(number) == "complete"
+                runs.append(Run(name, steps, data.objective, complete=complete))
+    return runs
