@@ -210,7 +210,7 @@ def shuffled(got: dict, rng: random.Random) -> dict:
     return {c: got[c] for c in rng.sample(list(got), len(got))}
 
 
-PAIRINGS = ("blocked", "per_seed", "welch")
+PAIRINGS = ("blocked", "blocked_raised", "per_seed", "welch")
 
 
 def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
@@ -220,6 +220,7 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
     for n in (2, 3):
         by_seed = {c: {s: v for s, v, _ in d[:n]} for c, d in order.items()}
         fit = stats.blocked_fit(by_seed)
+        raised = stats.blocked_bound(fit)
         cover = {m: [] for m in PAIRINGS}
         width = {m: [] for m in PAIRINGS}
         for a in by_seed:
@@ -228,6 +229,7 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
                     continue
                 made = {
                     "blocked": fit.difference(a, b),
+                    "blocked_raised": raised.difference(a, b),
                     "per_seed": stats.per_seed_difference(by_seed[a], by_seed[b]),
                     "welch": stats.welch_difference(
                         list(by_seed[a].values()), list(by_seed[b].values())
@@ -235,6 +237,8 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
                 }
                 true = truth.means[a] - truth.means[b]
                 for m, i in made.items():
+                    if i is None:  # no spread to pair on: the verdict goes unpaired
+                        i = made["welch"]
                     cover[m].append(i.low <= true <= i.high)
                     width[m].append(i.high - i.low)
         out[n] = {
