@@ -221,3 +221,44 @@ def test_learned_nothing_only_when_no_interval_reaches_a_gain_over_the_eval_stde
     # the same runs with an eval stderr of 0.005: 0.006968 could be a gain it sees
     sharp = _seeds("t0", [0.200, 0.202, 0.204], stderr=0.005, baseline=0.2, lr=1e-3)
     assert verdict([sharp]).lines[0].startswith("Too few seeds to tell")
+
+
+def _study(tmp_path, values: dict[float, list[float]]):
+    """A study of lr configurations in a log range 1e-4..1e-2, each with its seeds recorded
+    as the sweeper records them."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from analysis.load import load_study
+    from records.sweep import Replicate, StudyAttr, replicate_key
+
+    tmp_path.mkdir()
+    storage = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, "eval/reward/mean")
+    study.set_user_attr(StudyAttr.DIRECTION, "maximize")
+    lr = FloatDistribution(1e-4, 1e-2, log=True)
+    for x, seeds in values.items():
+        attrs = {
+            replicate_key(s): Replicate(s, "COMPLETE", v, 0.02, 4, 0.2, "", None).as_attr()
+            for s, v in enumerate(seeds)
+        }
+        trial = optuna.trial.create_trial(
+            params={"lr": x}, distributions={"lr": lr}, value=sum(seeds) / len(seeds),
+            user_attrs=attrs,
+        )  # fmt: skip
+        study.add_trial(trial)
+    return load_study(storage, "s", with_mlflow=False)
+
+
+def test_no_extend_the_range_around_a_best_tied_with_every_other(tmp_path):
+    from analysis.advice import edge_of_range
+
+    # 0.31 vs 0.30 on 2 seeds each: a tie; the best sits at the top of the lr range
+    tied = edge_of_range(_study(tmp_path / "a", {1e-4: [0.29, 0.31], 1e-2: [0.30, 0.32]}))
+    assert [a.title for a in tied] == [
+        "Run more seeds before moving the range (hydra.sweeper.seeds)"
+    ]
+    assert "tied with every other configuration at this sample size (t0)" in tied[0].why
+    clear = edge_of_range(_study(tmp_path / "b", {1e-4: [0.10, 0.11], 1e-2: [0.50, 0.52]}))
+    assert [a.title for a in clear] == ["Extend the range of lr upward"]
