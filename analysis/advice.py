@@ -18,6 +18,7 @@ from statistics import mean, median
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from analysis.load import StudyData, TrialRecord
+from analysis.verdict import study_verdict
 from records.metrics import GROUPS_ALL_BAD, GROUPS_ALL_GOOD, GROUPS_MIXED, is_finite_number
 from records.sweep import StudyAttr
 from trainer.run.health import FORECAST, is_unsafe
@@ -144,10 +145,23 @@ def baseline_fit(data: StudyData) -> Advice | None:
 
 
 def edge_of_range(data: StudyData) -> list[Advice]:
-    """The best trial's value sits at a bound of its range: the optimum may lie beyond."""
+    """The best trial's value sits at a bound of its range: the optimum may lie beyond. Not
+    when the verdict calls the best tied with every other configuration: then no edge is
+    the best's, and seeds come before moving the range."""
     best = data.best()
     if best is None or len(data.by_state("complete")) < 2:
         return []
+    judged = study_verdict(data.study, data.attrs, data.maximize)
+    others = [s.label for s in judged.ranked[1:]]
+    if others and set(others) <= set(judged.tied_with_best):
+        return [
+            Advice(
+                "Run more seeds before moving the range (hydra.sweeper.seeds)",
+                f"The best trial {judged.best.label} is tied with every other configuration "
+                f"at this sample size ({', '.join(others)}): which end of the range is better "
+                "is not known yet.",
+            )
+        ]
     out = []
     for name, value in best.params.items():
         side = _edge(data.distributions.get(name), value)

@@ -7,13 +7,21 @@ so far (weights 1/stderr^2):
 
 - flat: the curve has settled, the final value is the weighted mean of its last half;
 - power: y(s) = a + b (s + 1)^-1/2, a power law in the step that keeps its trend (rising or
-  falling) but flattens, so an early climb is not extrapolated as a line.
+  falling) but flattens;
+- linear: y(s) = a + b s over the curve's last MIN_PRUNE_POINTS points, the trend kept at its
+  recent rate: SmolLM2's best run climbed steadily to its last step, and the two flattening
+  models' bound lay under its final value in 0 of 10 forecasts (bench/FORECAST.md).
 
 A sigmoid (ScaleRL's form) has 4 parameters and a curve here has 2-6 eval points: it is not
 identified, so it is not fitted. The interval comes from a parametric bootstrap: each eval
 value redrawn from N(value, stderr^2), both models refitted, plus the final eval's own noise.
-The optimistic forecast is the higher of the two models' upper quantiles, so a trial is cut
-only when neither a settled nor a still-moving reading of its curve can reach the incumbent.
+The optimistic forecast is the highest of the models' upper quantiles, so a trial is cut
+only when no reading of its curve (settled, flattening, still climbing) can reach the
+incumbent. The bootstrap sees eval noise only; the model's own error is added as a conformal
+correction: MODEL_ERROR, at each level the quantile of (final - bound) / horizon over the
+forecasts of the calibration curves (bench/bench_forecast.py --calibrate; horizon: the share
+of the run still to go), so the bound covers the final value at its level there. No forecast
+prunes before MIN_PRUNE_POINTS eval points (cannot_win).
 """
 
 from __future__ import annotations
@@ -27,15 +35,24 @@ import numpy as np
 
 DRAWS = 400  # bootstrap redraws: the quantiles at level 0.9 move by < 0.005 beyond this
 MIN_STDERR = 0.02  # a mean of 0 (or 1) over problems has stderr 0; noise is never that small
-MIN_POINTS = 2  # the baseline and one eval after training started
+MIN_POINTS = 2  # the baseline and one eval after training started: a forecast to log
+# A forecast may prune from this many eval points on: on two points a slow starter reads as a
+# flat curve (SmolLM2's eventual best was pruned at step 2 in 6 of 20 orders, bench/FORECAST.md).
+MIN_PRUNE_POINTS = 3
+# The conformal correction per unit horizon at each level, from the calibration curves
+# (bench/results/health_curves.json, runs that did not collapse; bench/bench_forecast.py
+# --calibrate writes it): the bound is raised by MODEL_ERROR[level] x horizon. Linear between
+# the levels listed, the last one beyond.
+MODEL_ERROR = {0.5: 0.0, 0.75: 0.0, 0.9: 0.0, 0.95: 0.0}
 
 
 @dataclass(frozen=True)
 class Forecast:
     step: int  # the step it predicts (the run's last)
-    mean: float  # the higher of the two models' point forecasts
+    mean: float  # the higher of the flattening models' point forecasts (CENTRAL)
     high: float  # the optimistic bound at `level` (one-sided)
     level: float
+    points: int = 0  # eval points it was made from (cannot_win needs MIN_PRUNE_POINTS)
 
     def __str__(self) -> str:
         return (
@@ -51,8 +68,11 @@ def forecast(
     final_step: int,
     level: float = 0.9,
     seed: int = 0,
+    models: Sequence[str] = ("flat", "power", "linear"),
+    corrected: bool = True,
 ) -> Forecast | None:
-    """The forecast at `final_step` from the curve so far, or None with too few points."""
+    """The forecast at `final_step` from the curve so far, or None with too few points.
+    models and corrected: what the bench compares (the pruner uses the defaults)."""
     if len(steps) < MIN_POINTS:
         return None
     x = np.asarray(steps, dtype=float)
@@ -62,12 +82,27 @@ def forecast(
     draws = y + rng.standard_normal((DRAWS, len(y))) * se
     final_noise = rng.standard_normal(DRAWS) * se[-1]
     means, highs = [], []
-    for fit in (flat, power):
+    for name in models:
+        fit = MODELS[name]
         point = fit(x, y, se, final_step)
         spread = np.array([fit(x, d, se, final_step) for d in draws]) + final_noise
-        means.append(point)
+        if name in CENTRAL:
+            means.append(point)
         highs.append(point + float(np.quantile(spread - spread.mean(), level)))
-    return Forecast(final_step, max(means), max(highs), level)
+    horizon = max(final_step - x[-1], 0.0) / final_step if final_step > 0 else 0.0
+    error = model_error(level) * horizon if corrected else 0.0
+    return Forecast(final_step, max(means), max(highs) + error, level, len(y))
+
+
+def model_error(level: float) -> float:
+    """MODEL_ERROR at `level`, linear between the levels calibrated (never below 0)."""
+    known = sorted(MODEL_ERROR.items())
+    if level <= known[0][0]:
+        return max(known[0][1], 0.0)
+    for (l0, e0), (l1, e1) in zip(known, known[1:], strict=False):
+        if level <= l1:
+            return max(e0 + (e1 - e0) * (level - l0) / (l1 - l0), 0.0)
+    return max(known[-1][1], 0.0)
 
 
 def flat(x: np.ndarray, y: np.ndarray, se: np.ndarray, final_step: int) -> float:
@@ -85,6 +120,22 @@ def power(x: np.ndarray, y: np.ndarray, se: np.ndarray, final_step: int) -> floa
     return float(a + b * (final_step + 1) ** -0.5)
 
 
+def linear(x: np.ndarray, y: np.ndarray, se: np.ndarray, final_step: int) -> float:
+    """a + b s fitted by weighted least squares on the last MIN_PRUNE_POINTS points (the
+    last two while there are only two), read at final_step."""
+    tail = slice(-MIN_PRUNE_POINTS, None)
+    basis = np.stack([np.ones_like(x[tail]), x[tail]], axis=1)
+    w = 1 / se[tail]
+    (a, b), *_ = np.linalg.lstsq(basis * w[:, None], y[tail] * w, rcond=None)
+    return float(a + b * final_step)
+
+
+MODELS = {"flat": flat, "power": power, "linear": linear}
+# The predicted value (Forecast.mean) is the higher of the models that flatten; a line kept at
+# its recent rate is an optimistic reading only (it passes 1 for a climbing reward).
+CENTRAL = ("flat", "power")
+
+
 def incumbent_low(value: float, stderr: float | None, level: float) -> float:
     """The incumbent's pessimistic final value at `level` (one-sided)."""
     return value - NormalDist().inv_cdf(level) * max(stderr or 0.0, MIN_STDERR)
@@ -92,8 +143,9 @@ def incumbent_low(value: float, stderr: float | None, level: float) -> float:
 
 def cannot_win(fc: Forecast, best_low: float) -> bool:
     """Whether the optimistic forecast stays short of the incumbent's pessimistic value (both
-    read as higher-is-better: a minimized objective is negated first)."""
-    return fc.high < best_low
+    read as higher-is-better: a minimized objective is negated first); never before
+    MIN_PRUNE_POINTS eval points."""
+    return fc.points >= MIN_PRUNE_POINTS and fc.high < best_low
 
 
 def pooled_curve(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from analysis import stats
 from analysis.stats import Interval
 from analysis.text import show
-from records.metrics import is_finite_number
+from records.metrics import EVAL_REWARD, is_finite_number
 from records.sweep import StudyAttr, TrialAttr, replicates
 from trainer.rl.rl_math import mean_and_stderr
 
@@ -43,11 +43,23 @@ class Config:
     def values(self) -> list[float]:
         return [s.value for s in self.seeds if is_finite_number(s.value)]
 
+    @property
+    def by_seed(self) -> dict[int, float]:
+        return {s.seed: s.value for s in self.seeds if is_finite_number(s.value)}
+
+    @property
+    def eval_stderr(self) -> float | None:
+        """The eval's standard error over problems, averaged over the seeds that logged one:
+        the baseline's stand-in (the same problems, evaluated at step 0)."""
+        known = [s.stderr for s in self.seeds if is_finite_number(s.stderr)]
+        return sum(known) / len(known) if known else None
+
 
 @dataclass(frozen=True)
 class Summary:
     config: Config
     interval: Interval
+    adjusted: float | None = None  # paired by seed: the seed-adjusted mean the ranking reads
 
     @property
     def label(self) -> str:
@@ -101,32 +113,81 @@ def sweep_verdict(
 ) -> Verdict:
     """The verdict of a study as recorded: raced seeds compare at the race's level; a study
     the terminator stopped says why it ran fewer trials than planned."""
-    out = verdict(configs_from_trials(trials), maximize, study_attrs.get(StudyAttr.MAX_SEEDS))
+    configs = configs_from_trials(trials)
+    bounds = objective_range(study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD), configs)
+    out = verdict(configs, maximize, study_attrs.get(StudyAttr.MAX_SEEDS), bounds)
     stopped = study_attrs.get(StudyAttr.STOPPED)
     if stopped:
         out.lines.append(f"The search {stopped} (hydra.sweeper.terminator=true).")
     return out
 
 
-def summarize(config: Config) -> Summary:
+def objective_range(objective: str, configs: Sequence[Config]) -> tuple[float, float] | None:
+    """(0, 1) for a mean reward whose every recorded value and baseline lies in [0, 1], as
+    the built-in rewards' do; None (unbounded) otherwise."""
+    if not (objective.startswith("eval/reward") and objective.endswith("/mean")):
+        return None
+    seen = [v for c in configs for v in (*c.values, c.baseline) if is_finite_number(v)]
+    return (0.0, 1.0) if all(0 <= v <= 1 for v in seen) else None
+
+
+def summarize(config: Config, bounds: tuple[float, float] | None = None) -> Summary:
+    """A configuration's mean and interval; bounds: the objective's range, which the interval
+    is clipped to (the true mean lies in it, so clipping keeps the coverage: with 2 seeds a t
+    interval is wide and would otherwise reach below 0 for a mean of 0/1 rewards)."""
     values = config.values
     if not values:  # every seed pruned or failed: nothing to average
         return Summary(config, stats.Interval(math.nan, math.nan, math.nan, "no completed seed"))
     if len(values) >= 2:
-        return Summary(config, stats.t_interval(values))
-    stderr = next((s.stderr for s in config.seeds if is_finite_number(s.value)), None)
-    return Summary(config, stats.normal_interval(values[0], stderr))
+        interval = stats.t_interval(values)
+    else:
+        stderr = next((s.stderr for s in config.seeds if is_finite_number(s.value)), None)
+        interval = stats.normal_interval(values[0], stderr)
+    return Summary(config, clipped(interval, bounds))
+
+
+def clipped(i: Interval, bounds: tuple[float, float] | None) -> Interval:
+    if bounds is None or not i.known or (bounds[0] <= i.low and i.high <= bounds[1]):
+        return i
+    low, high = max(i.low, bounds[0]), min(i.high, bounds[1])
+    return replace(
+        i, low=low, high=high, method=f"{i.method}, clipped to [{bounds[0]:g}, {bounds[1]:g}]"
+    )
+
+
+def blocked(configs: Sequence[Config]) -> stats.Blocked | None:
+    """The configuration + seed fit over every configuration with >= 2 seeds (analysis/stats.py
+    blocked_fit), its variance raised to its VARIANCE_BOUND upper bound as the race raises
+    it: pooled over configurations whose seeds co-move unequally (a collapsing lr's less than
+    a learning one's), the plain residual variance covered the truth's difference in 85% of
+    fixed seeds=2 replays, raised in 91% (bench/RACING.md)."""
+    fit = stats.blocked_fit({c.label: c.by_seed for c in configs})
+    if not fit.df:
+        return None
+    return stats.blocked_bound(fit)
 
 
 def difference(
-    a: Config, b: Config, level: float = stats.LEVEL, pool: stats.Pooled | None = None
+    a: Config,
+    b: Config,
+    level: float = stats.LEVEL,
+    pool: stats.Pooled | None = None,
+    paired: stats.Blocked | None = None,
 ) -> Interval:
-    """a minus b with the sharpest valid interval (see analysis/stats.py); pool: the seed
-    variance pooled over a raced study's configurations, used for those with >= 2 seeds."""
+    """a minus b with the sharpest valid interval (see analysis/stats.py): paired by seed
+    (paired: the blocked fit over the study's configurations) where their seeds connect them,
+    else unpaired: pool, the seed variance pooled over a raced study's configurations, or
+    Welch's t, for those with >= 2 seeds."""
     if len(a.values) >= 2 and len(b.values) >= 2:
+        by_seed = paired.difference(a.label, b.label, level) if paired else None
+        if by_seed is not None:
+            return by_seed
         if pool is not None:
-            return stats.pooled_difference(a.values, b.values, pool, level)
-        return stats.welch_difference(a.values, b.values, level)
+            out = stats.pooled_difference(a.values, b.values, pool, level)
+        else:
+            out = stats.welch_difference(a.values, b.values, level)
+        why = "too few seeds to pair" if set(a.by_seed) & set(b.by_seed) else "seeds not shared"
+        return replace(out, method=f"unpaired, {out.method}: {why}")
     pa, pb = _per_problem(a), _per_problem(b)
     if pa is not None and pb is not None and len(pa) == len(pb) and len(pa) >= 2:
         return stats.paired_difference(pa, pb, level)
@@ -134,15 +195,22 @@ def difference(
 
 
 def verdict(
-    configs: Sequence[Config], maximize: bool = True, max_seeds: int | None = None
+    configs: Sequence[Config],
+    maximize: bool = True,
+    max_seeds: int | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the
     race's corrected level and its pooled seed variance (sweeper/sweep/racing.py), so the verdict
-    decides only what the race decided."""
-    summaries = [summarize(c) for c in configs if c.values]
-    ranked = sorted(summaries, key=lambda s: -s.mean if maximize else s.mean)
-    if not ranked:
+    decides only what the race decided. bounds: the objective's range (objective_range)."""
+    summaries = [summarize(c, bounds) for c in configs if c.values]
+    if not summaries:
         return Verdict([], None, lines=["No completed configuration yet: no verdict."])
+    paired = blocked([s.config for s in summaries])
+    if paired is not None:  # ranked at the same seeds: a raced one's lucky seeds do not count
+        summaries = [replace(s, adjusted=paired.adjusted_mean(s.label)) for s in summaries]
+    sign = 1 if maximize else -1
+    ranked = sorted(summaries, key=lambda s: -sign * _rank_value(s))
     best = ranked[0]
     lines = learned_nothing(ranked, maximize)
     lines.append(f"Best: {_describe(best)}.")
@@ -154,17 +222,17 @@ def verdict(
     if len(ranked) == 1:
         lines.append("Only one configuration completed: nothing to compare it with.")
         return Verdict(ranked, None, lines=lines)
-    sign = 1 if maximize else -1
     level = racing_level(max_seeds, len(ranked))
     pool = None
     if max_seeds is not None:  # as the race judged: sweeper/sweep/racing.py spread
         pool = stats.variance_bound(stats.pooled_variance([s.config.values for s in ranked]))
     runner = ranked[1]
-    diff = _signed(difference(best.config, runner.config, level, pool), sign)
     # A difference with no interval (no stderr logged) is unknown, not a tie.
     gaps = {
-        s.label: _signed(difference(best.config, s.config, level, pool), sign) for s in ranked[1:]
+        s.label: _signed(difference(best.config, s.config, level, pool, paired), sign)
+        for s in ranked[1:]
     }
+    diff = gaps[runner.label]
     tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
     shown = _interval_text(diff, level)
     if diff.excludes_zero:
@@ -175,7 +243,7 @@ def verdict(
         lines.append(
             f"{best.label} and {runner.label} are tied at this sample size (difference "
             f"{diff.estimate:.3g}, {shown}): "
-            f"{_more_needed(best.config, runner.config, level, max_seeds, pool)}."
+            f"{_more_needed(best.config, runner.config, level, max_seeds, _variance(diff, pool, paired))}."
         )
     else:
         lines.append(f"{best.label} vs {runner.label}: no interval ({diff.method}).")
@@ -193,6 +261,19 @@ def verdict(
                 "not because it is shown worse."
             )
     return Verdict(ranked, diff, tied, lines)
+
+
+def _rank_value(s: Summary) -> float:
+    return s.mean if s.adjusted is None else s.adjusted
+
+
+def _variance(
+    diff: Interval, pool: stats.Pooled | None, paired: stats.Blocked | None
+) -> stats.Pooled | None:
+    """The seed variance behind a difference, for how many seeds would separate it."""
+    if paired is not None and diff.method.startswith("paired by seed"):
+        return stats.Pooled(paired.variance, paired.df, len(paired.labels))
+    return pool
 
 
 def racing_level(max_seeds: int | None, configurations: int = 2) -> float:
@@ -233,21 +314,43 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
 
 
 def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
-    """First of all: no configuration moved off its baseline by more than its noise."""
+    """First of all, whether anything moved off its baseline. "Learned nothing" only when no
+    configuration's interval reaches a gain over its baseline larger than the eval's standard
+    error (the baseline's noise); when none excludes its baseline but some interval reaches
+    such a gain, the seeds are too few to tell, and nothing is diagnosed."""
     with_baseline = [s for s in ranked if is_finite_number(s.config.baseline) and s.interval.known]
     if not with_baseline or len(with_baseline) < len(ranked):
         return []
-    moved = [s for s in with_baseline if not s.interval.low <= s.config.baseline <= s.interval.high]
-    if moved:
-        return []
+    if not all(_holds(s) for s in with_baseline):
+        return []  # some configuration moved off its baseline beyond its interval
     sign = 1 if maximize else -1
     top = max(with_baseline, key=lambda s: sign * (s.mean - s.config.baseline))
     gain = top.mean - top.config.baseline
+    reach = {s.label: _reach(s, sign) for s in with_baseline}
+    wide = [s for s in with_baseline if reach[s.label] > (s.config.eval_stderr or 0.0)]
+    if wide:
+        w = max(wide, key=lambda s: reach[s.label])
+        return [
+            f"Too few seeds to tell whether training moved anything: no configuration's interval "
+            f"excludes its baseline, yet {w.label}'s reaches {reach[w.label]:.3g} above it "
+            f"({_interval_text(w.interval)}); more seeds (hydra.sweeper.seeds) would tell."
+        ]
     return [
         f"No configuration moved off its baseline by more than the noise: the largest change is "
-        f"{gain:+.3g} ({top.label}, from {top.config.baseline:.4g}), inside its "
-        f"{_interval_text(top.interval)}. {_likely_cause(ranked)}"
+        f"{gain:+.3g} ({top.label}, from {top.config.baseline:.4g}), and no interval reaches a "
+        f"gain larger than the eval's standard error. {_likely_cause(ranked)}"
     ]
+
+
+def _holds(s: Summary) -> bool:
+    """The configuration's interval holds its baseline."""
+    return s.interval.low <= s.config.baseline <= s.interval.high
+
+
+def _reach(s: Summary, sign: int) -> float:
+    """The largest gain over its baseline the configuration's interval allows."""
+    edge = s.interval.high if sign == 1 else s.interval.low
+    return sign * (edge - s.config.baseline)
 
 
 def _likely_cause(ranked: Sequence[Summary]) -> str:
@@ -274,7 +377,10 @@ INTERVAL_HEADER = ["seeds", "mean", "95% CI"]
 
 def _describe(s: Summary) -> str:
     params = show(s.config.params) or "defaults"
-    return f"{s.label} ({params}) {s.mean:.4g}, {_interval_text(s.interval)}"
+    adjusted = ""
+    if s.adjusted is not None and abs(s.adjusted - s.mean) > 1e-9:
+        adjusted = f" (seed-adjusted {s.adjusted:.4g}: read at the seeds the others ran)"
+    return f"{s.label} ({params}) {s.mean:.4g}{adjusted}, {_interval_text(s.interval)}"
 
 
 def _interval_text(i: Interval, level: float = stats.LEVEL) -> str:

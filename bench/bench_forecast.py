@@ -8,6 +8,15 @@ forecasting pruner (analysis/forecast.py, as sweeper/sweep/job.py calls it).
 Each file is one sweep, its runs in `--orders` random orders (sequential, one job: a run's
 incumbent is the best run completed before it). Writes bench/results/forecast_replay_level<L>.json,
 or `--out NAME` there (e.g. a held-out real-model replay beside the tiny model's).
+
+    python bench/bench_forecast.py --calibrate bench/results/health_curves.json
+    python bench/bench_forecast.py --coverage bench/results/health_curves*.json
+
+--calibrate prints analysis/forecast.py's MODEL_ERROR from the calibration curves: at each
+level the conformal quantile (rank ceil((n + 1) L)) of (final - bound) / horizon over every
+forecast of a run that did not collapse (a collapsed run is covered trivially). --coverage
+writes bench/results/forecast_coverage.json: per file, level and variant, how many of those
+forecasts' optimistic bounds lay at or above the run's final value.
 """
 
 from __future__ import annotations
@@ -70,7 +79,7 @@ def replay(curves, order, arm: str, level: float) -> dict[str, int]:
         elif arm == "forecast" and done:
             best = max(done, key=lambda p: p[1])
             low = forecast.incumbent_low(best[1], best[2], level)
-            for i in range(2, len(points)):
+            for i in range(forecast.MIN_POINTS, len(points)):
                 steps, values, ses = zip(*points[:i], strict=True)
                 fc = forecast.forecast(steps, values, ses, last, level)
                 if fc is not None and forecast.cannot_win(fc, low):
@@ -80,6 +89,57 @@ def replay(curves, order, arm: str, level: float) -> dict[str, int]:
         if stop == last:
             done.append(points[-1])
     return stopped
+
+
+LEVELS = (0.5, 0.75, 0.9, 0.95)
+# (name, models, eval points before a forecast counts, conformal correction)
+VARIANTS = (
+    ("flat+power, noise only, from 2 points (before)", ("flat", "power"), 2, False),
+    ("flat+power, noise only, from 3 points", ("flat", "power"), 3, False),
+    ("flat+power+linear, noise only, from 3 points", ("flat", "power", "linear"), 3, False),
+    ("flat+power+linear + conformal, from 3 points (now)", ("flat", "power", "linear"), 3, True),
+)
+
+
+def collapsed(points) -> bool:
+    """A run that ended below its baseline by more than 2 final stderrs."""
+    return points[-1][1] < points[0][1] - 2 * points[-1][2]
+
+
+def forecasts(curves, level: float, models, min_points: int, corrected: bool):
+    """(final, bound, horizon) for every forecast of every run that did not collapse, made
+    from its first i >= min_points evals before the last."""
+    out = []
+    for points in curves.values():
+        if collapsed(points):
+            continue
+        last, final = points[-1][0], points[-1][1]
+        for i in range(min_points, len(points)):
+            steps, values, ses = zip(*points[:i], strict=True)
+            fc = forecast.forecast(steps, values, ses, last, level, 0, models, corrected)
+            out.append((final, fc.high, (last - steps[-1]) / last))
+    return out
+
+
+def calibrate(curves) -> dict[float, float]:
+    """MODEL_ERROR: at each level the conformal quantile of (final - bound) / horizon."""
+    out = {}
+    for level in LEVELS:
+        got = forecasts(curves, level, VARIANTS[-1][1], VARIANTS[-1][2], False)
+        scores = sorted((final - high) / h for final, high, h in got)
+        rank = min(math.ceil((len(scores) + 1) * level), len(scores)) - 1
+        out[level] = round(max(scores[rank], 0.0), 4)
+    return out
+
+
+def coverage(curves) -> dict:
+    out = {}
+    for level in LEVELS:
+        out[str(level)] = {}
+        for name, models, points, corrected in VARIANTS:
+            got = forecasts(curves, level, models, points, corrected)
+            out[str(level)][name] = [int(sum(high >= final for final, high, _ in got)), len(got)]
+    return out
 
 
 def tied_with_best(curves) -> set[str]:
@@ -100,22 +160,46 @@ def main() -> None:
     p.add_argument("--orders", type=int, default=20)
     p.add_argument("--level", type=float, default=0.9)
     p.add_argument("--out", help="file name under bench/results (default: by level)")
+    p.add_argument("--calibrate", action="store_true", help="print MODEL_ERROR from the curves")
+    p.add_argument("--coverage", action="store_true", help="write forecast_coverage.json")
     args = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sizes = {"smollm2": 64}  # eval problems where a file's curves logged none
+    load = {
+        path: eval_curves(
+            path, next((n for k, n in sizes.items() if k in path.name), args.eval_size)
+        )
+        for path in args.curves
+    }
+    if args.calibrate:
+        merged = {f"{p.name} {k}": c for p, curves in load.items() for k, c in curves.items()}
+        print(f"MODEL_ERROR = {calibrate(merged)}")
+        return
+    if args.coverage:
+        out = {p.name: coverage(curves) for p, curves in load.items()}
+        for name, by_level in out.items():
+            for level, rows in by_level.items():
+                for variant, (hit, n) in rows.items():
+                    print(f"{name} {level} {variant}: {hit}/{n}")
+        (RESULTS / (args.out or "forecast_coverage.json")).write_text(
+            json.dumps(out, indent=1) + "\n"
+        )
+        return
     out = {}
-    for path in args.curves:
-        curves = eval_curves(path, args.eval_size)
+    for path, curves in load.items():
         tied = tied_with_best(curves)
+        best = max(curves, key=lambda k: curves[k][-1][1])
         total = sum(c[-1][0] for c in curves.values())
         rows = {}
         for arm in ("none", "median", "hyperband", "forecast"):
-            steps, survived = [], 0
+            steps, survived, strict = [], 0, 0
             for seed in range(args.orders):
                 order = list(curves)
                 random.Random(seed).shuffle(order)
                 stopped = replay(curves, order, arm, args.level)
                 steps.append(sum(stopped.values()))
                 survived += any(stopped[k] == curves[k][-1][0] for k in tied)
+                strict += stopped[best] == curves[best][-1][0]
             mean = sum(steps) / len(steps)
             sd = math.sqrt(sum((s - mean) ** 2 for s in steps) / max(len(steps) - 1, 1))
             rows[arm] = {
@@ -123,11 +207,12 @@ def main() -> None:
                 "trial_steps_sd": sd,
                 "saved": total - mean,
                 "best_survival": survived / args.orders,
+                "strict_best_survival": strict / args.orders,
             }
             print(
                 f"{path.name} {arm:9s} trial-steps {mean:6.1f} (sd {sd:5.1f}) saved "
                 f"{total - mean:6.1f} of {total}, best (or tied) survives "
-                f"{survived}/{args.orders}"
+                f"{survived}/{args.orders}, strict best {strict}/{args.orders}"
             )
         out[path.name] = {"tied_with_best": sorted(tied), "total": total, "arms": rows}
     (RESULTS / (args.out or f"forecast_replay_level{args.level:g}.json")).write_text(

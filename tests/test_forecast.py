@@ -49,19 +49,42 @@ def test_power_recovers_an_exact_power_law():
 
 def test_forecast_needs_two_points_and_brackets_a_settled_curve():
     assert fc.forecast([0], [0.3], [0.05], 50) is None
-    settled = fc.forecast([0, 10, 20, 30], [0.3, 0.3, 0.3, 0.3], [0.03] * 4, 50, level=0.9)
-    assert settled.mean == pytest.approx(0.3)
-    assert 0.3 < settled.high < 0.3 + 3 * 0.03  # one-sided 90%: about 1.3-1.9 stderr above
-    assert str(settled).startswith("at step 50 predicted 0.3 (90% to 0.3")
+    curve = ([0, 10, 20, 30], [0.3, 0.3, 0.3, 0.3], [0.03] * 4, 50)
+    flattening = fc.forecast(*curve, level=0.9, models=("flat", "power"))
+    assert 0.3 < flattening.high < 0.3 + 3 * 0.03  # one-sided 90%: about 1.3-1.9 stderr above
+    settled = fc.forecast(*curve, level=0.9)  # a line through the last 3 points spreads more
+    assert settled.mean == pytest.approx(0.3) and flattening.high < settled.high
+    assert str(settled).startswith("at step 50 predicted 0.3 (90% to 0.4")
 
 
 def test_a_collapsed_curve_cannot_reach_an_incumbent_a_rising_one_can():
     best_low = fc.incumbent_low(0.33, 0.024, 0.9)  # 0.33 - 1.2816 x 0.024
     assert best_low == pytest.approx(0.33 - 1.2816 * 0.024, abs=1e-4)
-    collapsed = fc.forecast([0, 10], [0.275, 0.0], [0.022, 0.0], 50)
+    collapsed = fc.forecast([0, 10, 20], [0.275, 0.0, 0.0], [0.022, 0.0, 0.0], 50)
     assert fc.cannot_win(collapsed, best_low)
-    rising = fc.forecast([0, 10], [0.275, 0.31], [0.022, 0.023], 50)
+    rising = fc.forecast([0, 10, 20], [0.275, 0.31, 0.31], [0.022, 0.023, 0.023], 50)
     assert not fc.cannot_win(rising, best_low)
+
+
+def test_a_forecast_refuses_to_prune_before_its_minimum_points():
+    # two points far below the incumbent: forecast (logged) but not allowed to prune
+    best_low = fc.incumbent_low(0.33, 0.024, 0.9)
+    two = fc.forecast([0, 10], [0.275, 0.0], [0.022, 0.0], 50)
+    assert two.points == 2 < fc.MIN_PRUNE_POINTS and two.high < best_low
+    assert not fc.cannot_win(two, best_low)
+    three = fc.forecast([0, 10, 20], [0.275, 0.0, 0.0], [0.022, 0.0, 0.0], 50)
+    assert three.points == fc.MIN_PRUNE_POINTS and fc.cannot_win(three, best_low)
+
+
+def test_a_steady_climb_keeps_its_rate_in_the_optimistic_bound():
+    # 0.30, 0.40, 0.50 at steps 0, 2, 4: the line reads 0.3 + 0.05 x 12 = 0.9 at step 12,
+    # above the incumbent's 0.8 that the flattening models stay under
+    x, y, se = fc.np.array([0.0, 2.0, 4.0]), fc.np.array([0.3, 0.4, 0.5]), fc.np.full(3, 0.05)
+    assert fc.linear(x, y, se, 12) == pytest.approx(0.9)
+    flattening = fc.forecast([0, 2, 4], [0.3, 0.4, 0.5], [0.05] * 3, 12, 0.75, 0, ("flat", "power"))
+    climbing = fc.forecast([0, 2, 4], [0.3, 0.4, 0.5], [0.05] * 3, 12, 0.75)
+    assert flattening.high < 0.8 < climbing.high and climbing.mean == flattening.mean
+    assert fc.model_error(0.75) >= 0 and fc.model_error(0.99) == fc.model_error(0.95)
 
 
 def test_pooled_stderr_over_seeds():
@@ -154,10 +177,11 @@ def test_a_collapse_at_an_eval_step_is_a_health_breach_not_a_forecast_stop():
 def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
     reporter, run = forecast_reporter(0.5)
     reporter.report(0, evals(0.3))
-    with pytest.raises(TrialPruned) as pruned:
-        reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
+    reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
+    with pytest.raises(TrialPruned) as pruned:  # from its third eval point (MIN_PRUNE_POINTS)
+        reporter.report(20, evals(0.25))
     assert pruned.value.breach.check == FORECAST
-    assert set(run.metrics[FORECAST_MEAN]) == {10}
+    assert set(run.metrics[FORECAST_MEAN]) == {10, 20}
 
 
 @pytest.mark.slow
@@ -199,8 +223,9 @@ def test_a_seed_that_alone_cannot_win_is_kept_while_its_configuration_can(tmp_pa
     0.5 - 0.674 x 0.02 = 0.4865 at level 0.75."""
     alone, _ = forecast_reporter(0.5, rules=[])
     alone.report(0, evals(0.3))
+    alone.report(10, evals(0.0))
     with pytest.raises(TrialPruned):
-        alone.report(10, evals(0.0))
+        alone.report(20, evals(0.0))
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     other = client.create_run(client.create_experiment("grpo")).info.run_id
     for step, value in ((0, 0.3), (10, 0.9)):

@@ -93,12 +93,14 @@ def test_the_optimistic_difference_is_the_upper_confidence_bound_of_the_gap():
     # pooled variance (0.0008 + 0.0008) / 2 = 0.0008 on df 2; se = sqrt(0.0008 x 1) = 0.028284;
     # 0.10 + t(2, one-sided 95%) 2.920 x 0.028284 = 0.10 + 0.08259 = 0.18259
     pool = stats.pooled_variance([(0.40, 0.44), (0.30, 0.34)])
-    bound = stats.difference_bound((0.40, 0.44), (0.30, 0.34), pool, 0.95)
+    gap = stats.pooled_difference((0.40, 0.44), (0.30, 0.34), pool)
+    bound = stats.difference_bound(gap, 0.95)
     assert bound == pytest.approx(0.18259, abs=1e-5)
     # n=2: t(2, 0.99375) 8.860 x 0.028284 = 0.2506 > 0.1826; n=3 (df 4): 4.315 x 0.028284 x
     # 0.8165 = 0.0996 < 0.1826
     assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5, pool, bound) == 3
-    assert stats.difference_bound((0.4, 0.5), (0.3,), stats.pooled_variance([])) == float("inf")
+    none = stats.pooled_difference((0.4, 0.5), (0.3,), stats.pooled_variance([]))
+    assert stats.difference_bound(none) == float("inf")
 
 
 def test_the_default_difference_that_counts_is_the_eval_stderr_over_the_seeds_run():
@@ -124,6 +126,20 @@ def test_clearly_worse_than_the_leader_is_eliminated():
     # Welch at 98.75%: 0.205, CI 0.025 to 0.385 excludes 0
     step = decide(Entry("t1", (0.30, 0.31)), [Entry("t0", (0.50, 0.52))], 5, True, False)
     assert step.action == STOP and step.why.startswith("eliminated after 2 seeds: t0 is better")
+
+
+def test_the_race_pairs_by_seed_where_the_configurations_share_seeds():
+    # Seeds 0 and 1 each: configuration + seed residuals (1/300)(1, -1) for t1 and
+    # (1/600)(-1, 1) for t0 and t2: SS 3.333e-5 on df (3-1)(2-1) = 2, 1.6667e-5, raised by
+    # 2 / chi2(0.40, 2) = 1.9576: 3.2627e-5; se(t0 - t1) = sqrt(2 x 3.2627e-5 / 2) = 0.005712;
+    # at 1 - 0.05/8 (max_seeds=5, 3 configurations) t(2, 0.996875) = 12.590: 0.085 +- 0.0719
+    me = Entry("t1", (0.20, 0.30), (0, 1))
+    others = [Entry("t0", (0.28, 0.39), (0, 1)), Entry("t2", (0.10, 0.21), (0, 1))]
+    step = decide(me, others, 5, True, False)
+    assert step.why == "eliminated after 2 seeds: t0 is better by 0.085 (CI 0.0131 to 0.157)"
+    # the same values, seeds unknown: unpaired, the shared seed effect stays in the noise
+    unpaired = [Entry(e.label, e.values) for e in (me, *others)]
+    assert decide(unpaired[0], unpaired[1:], 5, True, False).action == SEED
 
 
 def test_a_contender_that_more_seeds_could_separate_gets_one_more():
@@ -179,10 +195,11 @@ def test_minimizing_eliminates_the_larger():
     assert step.action == STOP and "eliminated" in step.why
 
 
-def _config(label: str, values: tuple[float, ...], race: str = "", baseline=None) -> Config:
-    return Config(
-        label, {"lr": 0.001}, tuple(Seed(i, v, None) for i, v in enumerate(values)), baseline, race
-    )
+def _config(
+    label: str, values: tuple[float, ...], race: str = "", baseline=None, stderr=None
+) -> Config:
+    seeds = tuple(Seed(i, v, stderr) for i, v in enumerate(values))
+    return Config(label, {"lr": 0.001}, seeds, baseline, race)
 
 
 def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
@@ -219,8 +236,8 @@ def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
 
 def test_a_sweep_that_learned_nothing_says_so_first():
     configs = [
-        _config("t0", (0.40, 0.41, 0.39), baseline=0.398),
-        _config("t1", (0.405, 0.41, 0.40), baseline=0.398),
+        _config("t0", (0.40, 0.41, 0.39), baseline=0.398, stderr=0.035),
+        _config("t1", (0.405, 0.41, 0.40), baseline=0.398, stderr=0.035),
     ]
     v = verdict(configs, True)
     assert v.lines[0].startswith(

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from analysis import stats
-from analysis.verdict import Config, Seed, interval_cells, summarize, verdict
+from analysis.verdict import Config, Seed, interval_cells, objective_range, summarize, verdict
 
 
 def test_t_interval_over_three_seeds():
@@ -86,8 +86,8 @@ def test_seeds_give_a_t_interval_and_a_pruned_seed_is_left_out():
     assert interval_cells(s)[:2] == ["3", "0.32"]
     pruned = Config("t1", {}, (Seed(0, 0.5, 0.02), Seed(1, None, None), Seed(2, 0.52, 0.02)))
     assert summarize(pruned).interval.method == "t over 2 seeds"
-    v = verdict([three, pruned])
-    assert "Welch t over seeds" in v.text
+    v = verdict([three, pruned])  # seeds 0 and 2 shared, but on 1 degree of freedom
+    assert "unpaired, Welch t over seeds: too few seeds to pair" in v.text
 
 
 def test_one_configuration_has_no_runner_up_and_minimizing_flips_the_sign():
@@ -137,3 +137,128 @@ def test_a_configurations_outcome_combines_its_seeds():
     short = combine([_seed_record(0, State.COMPLETE, 0.4)], 2)
     assert (short.state, short.reason) == (State.FAIL, "1 of 2 seeds ended without an objective")
     assert combine([_seed_record(0, State.FAIL, reason="boom")], 1).reason == "boom"
+
+
+def _seeds(label: str, values: list[float], first: int = 0, stderr=None, baseline=None, **params):
+    seeds = tuple(Seed(first + i, v, stderr) for i, v in enumerate(values))
+    return Config(label, params, seeds, baseline)
+
+
+def test_a_verdict_paired_by_seed_where_seeds_are_shared():
+    # d = a - b per seed = [0.05, 0.07, 0.05]: mean 0.056667, sd 0.011547, se 0.0066667;
+    # two configurations: the blocked fit is the per-seed difference, df (2-1)(3-1) = 2;
+    # its variance raised to the 60% upper bound, x 2 / chi2(0.40, 2) = 1.957616, se x 1.399148:
+    # t(0.975, 2) = 4.302653 x 0.0066667 x 1.399148 = 0.040133
+    a = _seeds("t0", [0.30, 0.40, 0.50])
+    b = _seeds("t1", [0.25, 0.33, 0.45])
+    v = verdict([a, b])
+    d = v.runner_up_difference
+    assert (d.estimate, d.low, d.high) == pytest.approx((0.056667, 0.016534, 0.0968), abs=1e-5)
+    assert d.method == (
+        "paired by seed (seed as block over 2 configurations, df 2, variance at its 60% upper bound)"
+    )
+    assert "t0 beats the runner-up t1 by 0.0567" in v.text
+    per_seed = stats.per_seed_difference(a.by_seed, b.by_seed)  # the same, not raised
+    assert (per_seed.low, per_seed.high) == pytest.approx((0.027983, 0.085351), abs=1e-5)
+
+
+def test_an_unpaired_verdict_where_seeds_are_not_shared():
+    # the same values on seeds 10-12 for t1: Welch's t. se^2 = 0.01/3 and 0.0101333/3,
+    # se = 0.081921, df = 3.9998, t = 2.776 -> half 0.2274: 0.0567 is a tie
+    a = _seeds("t0", [0.30, 0.40, 0.50])
+    b = _seeds("t1", [0.25, 0.33, 0.45], first=10)
+    v = verdict([a, b])
+    d = v.runner_up_difference
+    assert (d.low, d.high) == pytest.approx((-0.170768, 0.284101), abs=1e-4)
+    assert d.method == "unpaired, Welch t over seeds: seeds not shared"
+    assert "t0 and t1 are tied at this sample size" in v.text
+
+
+def test_blocked_fit_over_three_configurations():
+    # a = [1, 3], b = [0, 2], c = [1, 1] on seeds 0, 1: residuals x - row - column + grand
+    # = (-1/3, 1/3, -1/3, 1/3, 2/3, -2/3), SS 4/3 on df (3-1)(2-1) = 2 -> s^2 2/3;
+    # se(a - b) = sqrt(2 s^2 / 2) = 0.816497; t(0.975, 2) = 4.302653 -> half 3.513101
+    fit = stats.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
+    assert (fit.df, fit.variance) == (2, pytest.approx(2 / 3))
+    i = fit.difference("a", "b")
+    assert (i.estimate, i.low, i.high) == pytest.approx((1, -2.513101, 4.513101), abs=1e-5)
+    # b ran seed 0 only beside a's 0 and 1 (a raced configuration): read at the same seeds
+    raced = stats.blocked_fit({"a": {0: 1, 1: 3, 2: 2}, "b": {0: 0.5, 1: 2.5}})
+    assert raced.adjusted == pytest.approx((2.0, 1.5))  # b at seed 2: 2 - 0.5
+    assert stats.blocked_fit({"a": {0: 1, 1: 2}, "b": {5: 1, 6: 2}}).difference("a", "b") is None
+
+
+def test_a_mean_reward_interval_stays_in_zero_to_one():
+    # [0.02, 0.10]: mean 0.06, se 0.04, t(0.975, 1) = 12.706205 -> -0.448248 to 0.568248
+    c = _seeds("t0", [0.02, 0.10], stderr=0.02, baseline=0.05)
+    assert objective_range("eval/reward/mean", [c]) == (0.0, 1.0)
+    assert objective_range("eval/loss", [c]) is None
+    assert objective_range("eval/reward/mean", [_seeds("t1", [1.5, 2.0])]) is None
+    i = summarize(c, (0.0, 1.0)).interval
+    assert (i.low, i.high) == pytest.approx((0.0, 0.568248), abs=1e-6)
+    assert i.method == "t over 2 seeds, clipped to [0, 1]"
+
+
+def test_a_wide_interval_is_too_few_seeds_not_a_diagnosis():
+    # [0.02, 0.10] around a 0.06 baseline reaches 0.568 - 0.06 = 0.508 above it
+    v = verdict(
+        [_seeds("t0", [0.02, 0.10], stderr=0.02, baseline=0.06, lr=3e-3)], True, None, (0, 1)
+    )
+    assert v.lines[0].startswith(
+        "Too few seeds to tell whether training moved anything: no configuration's interval "
+        "excludes its baseline, yet t0's reaches 0.508 above it"
+    )
+    assert "may be far below" not in v.text and "Seeds will not help" not in v.text
+
+
+def test_learned_nothing_only_when_no_interval_reaches_a_gain_over_the_eval_stderr():
+    # [0.200, 0.202, 0.204]: mean 0.202, se 0.0011547, t(2) -> 0.197032 to 0.206968: at most
+    # 0.006968 above its 0.2 baseline, under the eval's stderr 0.02: nothing learned
+    flat = _seeds("t0", [0.200, 0.202, 0.204], stderr=0.02, baseline=0.2, lr=1e-3)
+    v = verdict([flat])
+    assert v.lines[0].startswith("No configuration moved off its baseline by more than the noise")
+    assert "lr (the largest tried here is 0.001) may be far below" in v.lines[0]
+    # the same runs with an eval stderr of 0.005: 0.006968 could be a gain it sees
+    sharp = _seeds("t0", [0.200, 0.202, 0.204], stderr=0.005, baseline=0.2, lr=1e-3)
+    assert verdict([sharp]).lines[0].startswith("Too few seeds to tell")
+
+
+def _study(tmp_path, values: dict[float, list[float]]):
+    """A study of lr configurations in a log range 1e-4..1e-2, each with its seeds recorded
+    as the sweeper records them."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from analysis.load import load_study
+    from records.sweep import Replicate, StudyAttr, replicate_key
+
+    tmp_path.mkdir()
+    storage = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    study.set_user_attr(StudyAttr.OBJECTIVE, "eval/reward/mean")
+    study.set_user_attr(StudyAttr.DIRECTION, "maximize")
+    lr = FloatDistribution(1e-4, 1e-2, log=True)
+    for x, seeds in values.items():
+        attrs = {
+            replicate_key(s): Replicate(s, "COMPLETE", v, 0.02, 4, 0.2, "", None).as_attr()
+            for s, v in enumerate(seeds)
+        }
+        trial = optuna.trial.create_trial(
+            params={"lr": x}, distributions={"lr": lr}, value=sum(seeds) / len(seeds),
+            user_attrs=attrs,
+        )  # fmt: skip
+        study.add_trial(trial)
+    return load_study(storage, "s", with_mlflow=False)
+
+
+def test_no_extend_the_range_around_a_best_tied_with_every_other(tmp_path):
+    from analysis.advice import edge_of_range
+
+    # 0.31 vs 0.30 on 2 seeds each: a tie; the best sits at the top of the lr range
+    tied = edge_of_range(_study(tmp_path / "a", {1e-4: [0.29, 0.31], 1e-2: [0.30, 0.32]}))
+    assert [a.title for a in tied] == [
+        "Run more seeds before moving the range (hydra.sweeper.seeds)"
+    ]
+    assert "tied with every other configuration at this sample size (t0)" in tied[0].why
+    clear = edge_of_range(_study(tmp_path / "b", {1e-4: [0.10, 0.11], 1e-2: [0.50, 0.52]}))
+    assert [a.title for a in clear] == ["Extend the range of lr upward"]

@@ -4,9 +4,11 @@ Pure: the sweeper hands over every configuration's completed seed values (all wo
 together, read from the study) and gets back what one configuration does next. Each
 configuration starts with MIN_SEEDS seeds (one seed has no seed-to-seed variance, so nothing
 is eliminated on it); once all its started seeds have ended, it is compared with the leader
-(the best mean among configurations with MIN_SEEDS values) by a t interval over seeds whose
-seed-to-seed variance is pooled over every configuration with MIN_SEEDS values
-(analysis/stats.py pooled_difference), at a level corrected for looking after every seed and
+(the best mean among configurations with MIN_SEEDS values) by a t interval paired by seed:
+the sweeper gives every configuration the same seeds, so the race fits configuration + seed
+over every configuration with MIN_SEEDS values and judges on its residual variance
+(analysis/stats.py blocked_fit; unpaired on the seed-to-seed variance pooled over them,
+pooled_difference, for configurations whose seeds do not connect them), at a level corrected for looking after every seed and
 for comparing with the leader every configuration there is: Bonferroni over the
 max_seeds - MIN_SEEDS + 1 looks a configuration can have times the k - 1 comparisons with the
 leader among the k configurations known (without the second factor, replays called a truly
@@ -53,6 +55,11 @@ class Entry:
 
     label: str  # "t3"
     values: tuple[float, ...]
+    seeds: tuple[int, ...] = ()  # each value's seed (empty: unknown, judged unpaired)
+
+    @property
+    def by_seed(self) -> dict[int, float]:
+        return dict(zip(self.seeds, self.values, strict=True))
 
 
 @dataclass(frozen=True)
@@ -91,22 +98,22 @@ def decide(
         return Step(SEED, f"{n} of the {MIN_SEEDS} seeds every configuration gets")
     known = [o for o in others if len(o.values) >= MIN_SEEDS]
     level = look_level(max_seeds, max(configurations, 1 + len(known)))
-    pool = spread([me, *known])
+    judge = Judge([me, *known])
     sign = 1 if maximize else -1
-    leader = max([me, *known], key=lambda e: sign * mean_of(e.values))
+    leader = max([me, *known], key=lambda e: sign * judge.mean(e))
     if leader is not me:
-        gap = _signed(stats.pooled_difference(leader.values, me.values, pool, level), sign)
-        if gap.excludes_zero:
+        gap = _signed(judge.difference(leader, me, level), sign)
+        if gap.known and gap.low > 0:
             return Step(
                 STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
             )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
-    undecided = [o for o in rivals if not _separated(me, o, pool, level)]
+    undecided = [o for o in rivals if not judge.difference(me, o, level).excludes_zero]
     if n >= max_seeds:
         ties = ", ".join(o.label for o in undecided)
         tied = f", tied with {ties}" if ties else ""
         return Step(STOP, f"reached max_seeds={max_seeds}{tied}")
-    futile = {o.label: _futile(me, o, pool, level, max_seeds, min_difference) for o in undecided}
+    futile = {o.label: _futile(me, o, judge, level, max_seeds, min_difference) for o in undecided}
     hopeful = [o for o in undecided if not futile[o.label]]
     if hopeful:
         return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
@@ -128,12 +135,45 @@ def spread(entries: Sequence[Entry]) -> stats.Pooled:
     return stats.variance_bound(stats.pooled_variance(groups))
 
 
+class Judge:
+    """How the race compares two configurations: paired by seed (analysis/stats.py
+    blocked_fit, seed as the block over every configuration with MIN_SEEDS values) where
+    their seeds connect them, else unpaired on the pooled seed variance (spread). Both
+    variances are raised to their VARIANCE_BOUND upper confidence bound."""
+
+    def __init__(self, entries: Sequence[Entry]):
+        self.pool = spread(entries)
+        paired = {e.label: e.by_seed for e in entries if e.seeds and len(e.values) >= MIN_SEEDS}
+        self.blocked = stats.blocked_bound(stats.blocked_fit(paired)) if paired else None
+
+    def mean(self, e: Entry) -> float:
+        """The mean the leader is chosen by: seed-adjusted where paired (the same seeds for
+        every configuration), else the plain mean."""
+        adjusted = self.blocked.adjusted_mean(e.label) if self.blocked is not None else None
+        return mean_of(e.values) if adjusted is None else adjusted
+
+    def difference(self, a: Entry, b: Entry, level: float) -> stats.Interval:
+        if self.blocked is not None:
+            paired = self.blocked.difference(a.label, b.label, level)
+            if paired is not None:
+                return paired
+        return stats.pooled_difference(a.values, b.values, self.pool, level)
+
+    def variance(self, diff: stats.Interval) -> stats.Pooled:
+        """The variance and its df behind `diff`, for how many seeds would separate it."""
+        if self.blocked is not None and diff.method.startswith("paired by seed"):
+            return stats.Pooled(self.blocked.variance, self.blocked.df, len(self.blocked.labels))
+        return self.pool
+
+
 def _futile(
-    a: Entry, b: Entry, pool: stats.Pooled, level: float, max_seeds: int, min_difference: float
+    a: Entry, b: Entry, judge: Judge, level: float, max_seeds: int, min_difference: float
 ) -> str:
     """Why more seeds cannot change the call on a and b ("" while they can): even the
     optimistic difference is below the one that counts, or would not separate in max_seeds."""
-    bound = stats.difference_bound(a.values, b.values, pool, stats.FUTILITY_LEVEL)
+    diff = judge.difference(a, b, level)
+    pool = judge.variance(diff)
+    bound = stats.difference_bound(diff, stats.FUTILITY_LEVEL)
     plausible = f"{bound:.3g} ({stats.FUTILITY_LEVEL:.0%} upper bound)"
     if bound < min_difference:
         return f"the difference is at most {plausible}, below min_difference={min_difference:.3g}"
@@ -142,10 +182,6 @@ def _futile(
         return ""
     shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
     return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
-
-
-def _separated(a: Entry, b: Entry, pool: stats.Pooled, level: float) -> bool:
-    return stats.pooled_difference(a.values, b.values, pool, level).excludes_zero
 
 
 def _signed(i: stats.Interval, sign: int) -> stats.Interval:
@@ -209,5 +245,5 @@ def _done(trial: FrozenTrial) -> list[Replicate]:
 
 
 def entry_of(trial: FrozenTrial) -> Entry:
-    done = [r.value for r in _done(trial)]
-    return Entry(f"t{trial.number}", tuple(v for v in done if v is not None and math.isfinite(v)))
+    done = [r for r in _done(trial) if r.value is not None and math.isfinite(r.value)]
+    return Entry(f"t{trial.number}", tuple(r.value for r in done), tuple(r.seed for r in done))
