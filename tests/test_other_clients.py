@@ -50,22 +50,16 @@ def test_a_sweep_beside_another_mlflow_client_creating_the_store_completes(
 ):
     storage = postgres.database(f"optuna_other_{attempt}")
     tracking = postgres.database(f"mlflow_other_{attempt}")
-    other = subprocess.Popen(
-        [sys.executable, "-c", OTHER_CLIENT, tracking],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    merged = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    other = subprocess.Popen([sys.executable, "-c", OTHER_CLIENT, tracking], **merged)
     assert other.stdout.readline() == "creating\n"
     worker = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={storage}"]
         + ["lr=1e-3", "max_steps=1", *TINY],
         cwd=tmp_path,
         env={**os.environ, "MLFLOW_TRACKING_URI": tracking},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
         timeout=600,
+        **merged,
     )
     told = other.communicate(timeout=300)[0]
     assert worker.returncode == 0, worker.stdout[-3000:]
