@@ -6,7 +6,7 @@ sweeper and the analysis all stand on. It imports none of them (tests/test_impor
                   one seed's record (Replicate) and how it goes in and out of a store
   defaults        where records go unless a setting says otherwise (storage, experiment)
   errors          an error as the one line a person reads; a store set so it cannot be used
-  database        databases that may blink: drivers, retries, the schema and advisory locks
+  database        databases that may blink: drivers, retries, leases, creation races
   locks           flock on a local file several processes share
   tracking        MLflow: every write of the project, through a client that outlasts a restart
   optuna_storage  Optuna's storage opened safely, every call retried, the plan's lock

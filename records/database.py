@@ -1,5 +1,6 @@
 """Databases that may blink: the driver a URL needs, retries while one is unreachable, and
-locks that serialize what several processes must not do at once (create a schema).
+leases that serialize what several processes must not do at once (create a schema, change
+a plan), and a retry for tables another client is creating at the same moment.
 
 Shared by both stores a sweep writes: Optuna's storage (records/optuna_storage.py) and MLflow's
 tracking store (records/tracking.py). A restart, a failover or a network blip drops every
@@ -17,6 +18,7 @@ import math
 import os
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,7 +40,6 @@ LOCKED_WINDOW_S = 30.0
 # A paused server (or a stalled network) makes calls wait rather than fail: a call this slow
 # is taken as an outage, so others' heartbeats, as late as it was, are not read as deaths.
 SLOW_CALL_S = 5.0
-SCHEMA_LOCK_KEY = zlib.crc32(b"grpo-sweeper schema")
 # Tests only: "<folder>:<n>" makes n processes wait for each other right before they create
 # a store's schema, so that the race the schema lock prevents happens every time.
 SCHEMA_BARRIER_ENV = "GRPO_SWEEPER_TEST_SCHEMA_BARRIER"
@@ -268,34 +269,170 @@ def _lock_engine(url: str) -> Any:
     import sqlalchemy
     import sqlalchemy.pool
 
-    # No pool: the lock lives exactly as long as the connection that holds it.
+    # No pool: a lease's session is its own, and a dropped one is simply opened again.
     return sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
 
 
-@contextlib.contextmanager
-def advisory_lock(url: str, key: int, store: str, window_s: float | None = None) -> Iterator[None]:
-    """A PostgreSQL session advisory lock for the block. The server lets it go when the
-    session ends (the process died, or the connection dropped), so none is ever left held.
-    Taking it is retried as `retried(..., window_s)` is."""
-    import sqlalchemy
+# --- schemas created by others at the same moment ---------------------------------------
+# Another client (an `mlflow server`, a notebook, optuna-dashboard) creating the same fresh
+# database's tables does not take our lock: its CREATE TABLE and ours race, and the loser
+# fails (a duplicate key in pg_type, "already exists"), or finds the tables made but not yet
+# migrated. Creation is then tried again, for this long at most, once the other is done.
+SCHEMA_RACE_WINDOW_S = 60.0
+# SQLSTATEs of a creation that lost a race: unique_violation (pg_type_typname_nsp_index),
+# duplicate_table, duplicate_object, duplicate_column.
+_RACE_STATES = {"23505", "42P07", "42710", "42701"}
+_RACE_WORDS = ("already exists", "duplicate column", "out-of-date database schema")
 
-    def lock() -> Any:
-        connection = _lock_engine(url).connect()
+
+def lost_schema_race(error: BaseException) -> bool:
+    """An error of creating a store's tables while another client created them."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(getattr(seen, "orig", None), "sqlstate", None) in _RACE_STATES:
+            return True
+        if getattr(seen, "sqlstate", None) in _RACE_STATES:
+            return True
+        if any(word in str(seen).lower() for word in _RACE_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def created_despite_others(create: Callable[[], T], store: str) -> T:
+    """create() (a store's tables, made or checked), tried again while it lost a race with
+    another client creating the same tables (`lost_schema_race`), for SCHEMA_RACE_WINDOW_S."""
+    started = time.monotonic()
+    for attempt in range(1_000_000):
         try:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
-        except Exception:
-            connection.close()
-            raise
-        return connection
+            return create()
+        except Exception as e:
+            if not lost_schema_race(e) or time.monotonic() - started > SCHEMA_RACE_WINDOW_S:
+                raise
+            if attempt == 0:
+                log.warning(
+                    "%s: another client is creating it (%s); retrying", store, first_line(e)[:200]
+                )
+            time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+    raise AssertionError("unreachable")
 
-    connection = retried(lock, store, window_s)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):  # a dropped connection took the lock with it
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+
+# --- leases: locks a server restart does not drop ----------------------------------------
+# A session advisory lock dies with the server: after a restart a waiter takes it while its
+# holder, reconnected, goes on in the block. A lease is a row (name, owner, the holder's
+# backend pid, when it was last renewed, its expiry and a fencing token), so it outlives a
+# restart. Who may take a lease someone else holds, judged on the database's clock alone
+# (a host's skewed clock never enters):
+#  - its holder's session ended on this server instance (killed, or its connection dropped):
+#    at once, as an advisory lock would be let go;
+#  - it was last renewed before the server (re)started: once it expires; its holder renews
+#    it from a new session every LEASE_S / 6 meanwhile, as soon as the server is back.
+# A holder alive on a live session (even one stopped by SIGSTOP) is never overtaken.
+LEASE_S = 60
+LEASE_TABLE = "grpo_sweeper_leases"
+LEASE_POLL_S = 0.2
+# Tests only: a folder; the holder of a "schema" lease writes `held-<pid>` there once it has
+# it, and leaves only when `go` exists; each waiter's failed take appends to `waited-<pid>`.
+LEASE_HOLD_ENV = "GRPO_SWEEPER_TEST_LEASE_HOLD"
+
+_CREATE_LEASES = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
+    name TEXT PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER NOT NULL,
+    renewed_at TIMESTAMPTZ NOT NULL, expires_at TIMESTAMPTZ NOT NULL, token BIGINT NOT NULL)"""
+_TAKE = f"""INSERT INTO {LEASE_TABLE} AS l VALUES
+    (:name, :owner, pg_backend_pid(), now(), now() + make_interval(secs => :ttl), 1)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, pid = excluded.pid,
+    renewed_at = excluded.renewed_at, expires_at = excluded.expires_at, token = l.token + 1
+WHERE l.owner = excluded.owner
+   OR (l.renewed_at > pg_postmaster_start_time()
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid))
+   OR (l.renewed_at <= pg_postmaster_start_time() AND l.expires_at < now())
+RETURNING token"""
+_RENEW = f"""UPDATE {LEASE_TABLE} SET pid = pg_backend_pid(), renewed_at = now(),
+    expires_at = now() + make_interval(secs => :ttl) WHERE name = :name AND owner = :owner
+RETURNING token"""
+_RELEASE = f"DELETE FROM {LEASE_TABLE} WHERE name = :name AND owner = :owner"
+
+
+class _Lease:
+    """One lease held by this process: its own session, renewed by a thread until let go."""
+
+    def __init__(self, url: str, name: str, store: str) -> None:
+        self.url, self.name, self.store = url, name, store
+        self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.connection: Any = None
+        self.token: int | None = None
+        self.done = threading.Event()
+
+    def _execute(self, sql: str) -> Any:
+        import sqlalchemy
+
+        if self.connection is None:
+            self.connection = _lock_engine(self.url).connect()
+        try:
+            with self.connection.begin():
+                result = self.connection.execute(
+                    sqlalchemy.text(sql), {"name": self.name, "owner": self.owner, "ttl": LEASE_S}
+                )
+                return result.scalar() if result.returns_rows else None
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.connection.close()
+            self.connection = None  # opened again on the next call (a restart dropped it)
+            raise
+
+    def take(self, window_s: float | None) -> int:
+        """Wait for the lease; its fencing token (one more each time anyone takes it)."""
+        hold = os.environ.get(LEASE_HOLD_ENV) if self.name == "schema" else None
+        created_despite_others(
+            lambda: retried(lambda: self._execute(_CREATE_LEASES), self.store, window_s), self.store
+        )
+        while True:
+            token = retried(lambda: self._execute(_TAKE), self.store, window_s)
+            if token is not None:
+                self.token = token
+                break
+            if hold:
+                with open(Path(hold, f"waited-{os.getpid()}"), "a") as f:
+                    f.write("waited\n")
+            time.sleep(LEASE_POLL_S)
+        threading.Thread(target=self._renew, daemon=True).start()
+        if hold:
+            Path(hold, f"held-{os.getpid()}").touch()
+            while not Path(hold, "go").exists():
+                time.sleep(0.05)
+        return self.token
+
+    def _renew(self) -> None:
+        while not self.done.wait(LEASE_S / 6):
+            try:
+                if self._execute(_RENEW) is None:
+                    log.error("%s: lost the %s lease to another process", self.store, self.name)
+                    return
+            except Exception as e:  # the server is away: try again sooner
+                if not is_unreachable(e):
+                    log.warning(
+                        "%s: renewing the %s lease: %s", self.store, self.name, first_line(e)
+                    )
+
+    def release(self) -> None:
+        self.done.set()
+        with contextlib.suppress(Exception):  # gone: it expires, or its session is seen ended
+            retried(lambda: self._execute(_RELEASE), self.store, LEASE_S)
         with contextlib.suppress(Exception):
-            connection.close()
+            if self.connection is not None:
+                self.connection.close()
+
+
+@contextlib.contextmanager
+def lease(url: str, name: str, store: str, window_s: float | None = None) -> Iterator[int]:
+    """Hold the PostgreSQL database's lease `name` for the block (yields its fencing token).
+    Taking it is retried as `retried(..., window_s)` is; see the rules above."""
+    held = _Lease(url, name, store)
+    token = held.take(window_s)
+    try:
+        yield token
+    finally:
+        held.release()
 
 
 @contextlib.contextmanager
@@ -305,13 +442,13 @@ def schema_lock(
     """One process at a time creates (or checks) a store's tables: workers started together
     on a fresh database otherwise race to create the same tables and types and the losers
     fail (a duplicate key in pg_type, "table already exists"). SQLite: a lock on the file's
-    folder (the file may not exist yet); PostgreSQL: an advisory lock; others: none."""
+    folder (the file may not exist yet); PostgreSQL: a lease; others: none."""
     _test_barrier(url)
     if sqlite_file is not None:
         folder = sqlite_file.expanduser().absolute().parent
         lock = flocked(folder) if folder.is_dir() else contextlib.nullcontext()
     elif scheme(url) == "postgresql":
-        lock = advisory_lock(url, SCHEMA_LOCK_KEY, store, window_s)
+        lock = lease(url, "schema", store, window_s)
     else:
         lock = contextlib.nullcontext()
     with lock:

@@ -14,7 +14,6 @@ import contextlib
 import copy
 import uuid
 import warnings
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,7 +23,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from records.database import (
     DatabaseUnreachable,
-    advisory_lock,
+    created_despite_others,
+    lease,
     retried,
     retrying,
     schema_lock,
@@ -37,7 +37,6 @@ from records.locks import flocked
 
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
-PLAN_LOCK_KEY = zlib.crc32(b"grpo-sweeper plan")  # one advisory lock per database
 
 
 # A template trial (a queued slot) carries this key: a creation retried after its reply was
@@ -146,12 +145,15 @@ def open_storage(
     def create() -> RDBStorage:
         with schema_lock(url, store_name(url), path, window_s), warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return ResilientRDBStorage(
-                url,
-                store=store_name(url),
-                engine_kwargs=kwargs,
-                heartbeat_interval=heartbeat_interval,
-                grace_period=grace_period,
+            return created_despite_others(  # optuna-dashboard may be creating it too
+                lambda: ResilientRDBStorage(
+                    url,
+                    store=store_name(url),
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period,
+                ),
+                store_name(url),
             )
 
     try:
@@ -173,9 +175,9 @@ def exclusive(url: str) -> Iterator[None]:
     too, and the point runs twice.
 
     SQLite: an flock on the database file (SQLite ignores FOR UPDATE, and its own locks are
-    per write). PostgreSQL: a session advisory lock. Both are let go when the process dies
-    (the kernel closes the file, the server ends the session), so a kill -9 never leaves one
-    held. MySQL: no plan-wide lock; taking a slot is still exclusive through the row lock
+    per write). PostgreSQL: a lease row (records.database.lease), which a server restart
+    does not drop. Both are let go when the process dies (the kernel closes the file; the
+    server sees the lease's session end), so a kill -9 never leaves one held. MySQL: no plan-wide lock; taking a slot is still exclusive through the row lock
     Optuna takes (SELECT ... FOR UPDATE) when it moves the trial WAITING -> RUNNING.
     """
     path = sqlite_path(url)
@@ -183,7 +185,7 @@ def exclusive(url: str) -> Iterator[None]:
         with flocked(path):
             yield
     elif scheme(url) == "postgresql":
-        with advisory_lock(url, PLAN_LOCK_KEY, store_name(url)):
+        with lease(url, "plan", store_name(url)):
             yield
     else:
         yield

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from records.database import (
     DatabaseUnreachable,
+    created_despite_others,
     missing_driver,
     retried,
     retrying,
@@ -162,11 +163,18 @@ def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
         if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
             _probe(uri)
         with schema_lock(uri, _store(uri), sqlite_file, window_s):
-            client = ResilientMlflowClient(uri)
-            MlflowClient.search_experiments(client, max_results=1)  # the store is created here
-        return client
+            return created_despite_others(lambda: _created_client(uri), _store(uri))
 
     return retried(create, _store(uri), window_s)
+
+
+def _created_client(uri: str) -> ResilientMlflowClient:
+    """A client of a store that exists: MLflow creates and migrates it on first use. Another
+    client (an `mlflow server`, a notebook) creating it at the same moment makes this fail,
+    and `created_despite_others` tries again."""
+    client = ResilientMlflowClient(uri)
+    MlflowClient.search_experiments(client, max_results=1)  # the store is created here
+    return client
 
 
 def _probe(uri: str) -> None:
