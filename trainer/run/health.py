@@ -146,6 +146,12 @@ WORDS = {
 # only while the held-out reward is not above its baseline (bench/HEALTH.md). Not the training
 # reward: its window against the noisy step-1 batch read SmolLM2 lr=1e-2's collapse as rising.
 POST_UPDATE_KL_FACTOR = 10
+# Before the held-out reward has a value after its baseline, a guarded rule fires only at this
+# many times its bound. Calibration curves (bench/results/health_curves.json, SmolLM2 seed 0):
+# SmolLM2 lr=1e-3, the fastest learner, peaks at 0.39 (3.9x the KL bound) in its first steps;
+# every collapse passes 10x within its first 5 steps (tiny lr=3e-2: 2.6-60; SmolLM2 lr=1e-2:
+# 9.9-29.5, lr=3e-3: 1.54 at step 5). Judged on the held-out curves in bench/HEALTH.md.
+EARLY_FACTOR = 10
 
 
 def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[HealthRule]:
@@ -346,7 +352,7 @@ class HealthMonitor:
             if holds is None:
                 continue
             self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
-            if self.streaks[rule.name] >= rule.patience and self._gate(rule, metrics):
+            if self.streaks[rule.name] >= rule.patience and self._gate(rule, metrics, value):
                 fired.append(self._breach(rule, value, step))
         self._remember(metrics)
         return fired
@@ -388,10 +394,11 @@ class HealthMonitor:
             return None
         return sum(values) / len(values) > self.firsts[metric] + rise
 
-    def _gate(self, rule: HealthRule, now: Mapping[str, float]) -> bool:
+    def _gate(self, rule: HealthRule, now: Mapping[str, float], value: float) -> bool:
         """Guard.not_improved: whether the guard metric's latest value after step 0 (this
-        step's included) is no more than `rise` above its baseline; before it has one (or
-        without a baseline) the check alone decides, as the other guards' too-early case."""
+        step's included) is no more than `rise` above its baseline. Before it has one (the
+        first eval after step 0 not yet in, or evals off) the check alone decides, at
+        EARLY_FACTOR times the bound: a fast learner's KL sits below it, a collapse's far above."""
         if rule.guard != Guard.not_improved:
             return True
         latest = now.get(rule.guard_metric)
@@ -399,7 +406,11 @@ class HealthMonitor:
             latest = (self.recent.get(rule.guard_metric) or [None])[-1]
         baseline = self.baselines.get(rule.guard_metric)
         if latest is None or baseline is None:
-            return True
+            return (
+                rule.bound is None
+                or not is_finite_number(value)
+                or value > EARLY_FACTOR * rule.bound
+            )
         return latest <= baseline + rule.rise
 
     def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
