@@ -188,7 +188,7 @@ def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     ("args", "expected"),
     [
         (["temperature=0.7,0"], "error: temperature=0.0: must be in (0, 10)"),
-        (["lr_typo=1e-3,1e-2"], "error: Could not override 'lr_typo'"),
+        (["lr_typo=1e-3,1e-2"], "error: lr_typo=1e-3,1e-2: no such setting (closest: lr)"),
     ],
 )
 def test_bad_points_fail_before_anything_is_created(tmp_path, args, expected):
