@@ -38,6 +38,10 @@ def outcome(study: optuna.Study) -> dict[tuple, str]:
     return {tuple(sorted(t.params.items())): t.state.name for t in study.trials}
 
 
+# The terminal of each grid_dir sweep (stderr), by directory.
+GRID_STDERR: dict[Path, str] = {}
+
+
 @pytest.fixture(scope="session")
 def grid_dir(tmp_path_factory) -> Path:
     cwd = tmp_path_factory.mktemp("grid")
@@ -45,7 +49,15 @@ def grid_dir(tmp_path_factory) -> Path:
     result = run_sweep(cwd, *GRID)
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"grid sweep of 4 trials: {time.perf_counter() - started:.1f} s")
+    GRID_STDERR[cwd] = result.stderr
     return cwd
+
+
+def test_the_end_of_a_sweep_says_nothing_twice(grid_dir):
+    lines = GRID_STDERR[grid_dir].splitlines()
+    assert sum("4/4 done" in line for line in lines) == 1, GRID_STDERR[grid_dir][-3000:]
+    best = [line for line in lines if "new best" in line]
+    assert best and len(best) == len(set(best)), best
 
 
 def test_grid_runs_every_point_once_and_prunes_the_unstable_lr(grid_dir):

@@ -59,6 +59,15 @@ def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
     )
 
 
+def short(params: dict) -> str:
+    """`lr=0.002346 group_size=4`: a searched float to 4 significant digits, for the terminal
+    (run names and tuned files keep every digit)."""
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={show_value(v)}"
+        for k, v in params.items()
+    )
+
+
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
