@@ -53,7 +53,11 @@ def grid_dir(tmp_path_factory) -> Path:
     return cwd
 
 
-def test_the_end_of_a_sweep_says_nothing_twice(grid_dir):
+def test_the_terminal_is_quiet_and_says_nothing_twice(grid_dir):
+    """Hydra's launch line (internal trial.* overrides), transformers' loading bar, MLflow's
+    and Optuna's INFO lines stay off the terminal; the end repeats no line."""
+    for chatter in ("Launching 1 jobs", "trial.id=", "Loading weights", "INFO mlflow", "[I "):
+        assert chatter not in GRID_STDERR[grid_dir], chatter
     lines = GRID_STDERR[grid_dir].splitlines()
     assert sum("4/4 done" in line for line in lines) == 1, GRID_STDERR[grid_dir][-3000:]
     best = [line for line in lines if "new best" in line]

@@ -103,6 +103,7 @@ class SweepRunner:
             _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
+        display.quiet_third_party(self.config.hydra.verbose)
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
         study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
