@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import optuna
+
 from analysis.advice import advise
 from analysis.load import (
     AnalysisError,
@@ -80,6 +82,12 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_report(args: argparse.Namespace) -> int:
     data = load_study(args.storage, args.study)
+    if args.study is None and len(others := optuna.get_all_study_names(data.storage)) > 1:
+        print(
+            f"note: {len(others)} studies in {data.storage}; reporting the most recent, "
+            f"{data.name} (another: --study NAME)",
+            file=sys.stderr,
+        )
     for note in data.notes:
         print(f"note: {note}", file=sys.stderr)
     print("\n".join(summary_lines(data)))

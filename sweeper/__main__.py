@@ -6,14 +6,19 @@ runs one training with the defaults, like `python -m trainer`.
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
+from sweeper.plan.known_keys import unknown_keys
 from trainer.base.config import config_dir
 
+CONFIG_NAME = "sweep"
 
-@hydra.main(version_base="1.3", config_path=config_dir(), config_name="sweep")
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name=CONFIG_NAME)
 def main(cfg: DictConfig) -> float:
     # Imported here, after Hydra composed the config and the sweeper checked every point of
     # the search space: a bad input fails before the trainer's imports (PEFT, transformers, MLflow).
@@ -23,4 +28,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    # Before Hydra: it would refuse an unknown key in six lines, and run `+lrr=1e-3` silently.
+    if problem := unknown_keys(sys.argv[1:], config_dir(), CONFIG_NAME):
+        sys.exit(f"error: {problem}")
     main()

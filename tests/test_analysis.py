@@ -306,6 +306,21 @@ def test_compare_side_by_side(tmp_path: Path, capsys) -> None:
     assert rows["lr"] == ["0.0001", "0.0003"] and rows["group_size"] == ["4", "8"]
 
 
+def test_report_says_which_of_several_studies_it_picked(tmp_path: Path, capsys) -> None:
+    for name in ("older", "newer"):
+        Sweep(tmp_path, name).add({"lr": 1e-4}, TrialState.COMPLETE)
+    storage = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    out = str(tmp_path / "r")
+    assert main(["report", "--storage", storage, "--out", out, "--no-mlflow-log"]) == 0
+    err = capsys.readouterr().err
+    assert "note: 2 studies in " in err and "reporting the most recent, newer" in err
+    assert (
+        main(["report", "--storage", storage, "--study", "older", "--out", out, "--no-mlflow-log"])
+        == 0
+    )
+    assert "studies in" not in capsys.readouterr().err  # named: nothing to say
+
+
 def test_pareto_front() -> None:
     points = [(0.001, 0.5, 0), (0.002, 0.7, 1), (0.003, 0.6, 2), (0.0005, 0.2, 3)]
     assert pareto_front(points, maximize=True) == [3, 0, 1]

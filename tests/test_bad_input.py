@@ -21,7 +21,11 @@ ROWS = [
     ({}, ["group_size=1,2"], "error: group_size=1: must be >= 2"),
     ({}, ["kl_penalty_coef=-0.1"], "error: kl_penalty_coef=-0.1: must be >= 0"),
     ({}, ["loss=reinforce"], "In 'config': Could not find 'loss/reinforce'"),
-    ({}, ["lr_typo=1e-3,1e-2"], "error: Could not override 'lr_typo'."),
+    ({}, ["lr_typo=1e-3,1e-2"], "error: lr_typo=1e-3,1e-2: no such setting (closest: lr)"),
+    ({}, ["lrr=1e-3"], "error: lrr=1e-3: no such setting (closest: lr)"),
+    ({}, ["+lrr=1e-3"], "error: +lrr=1e-3: nothing reads lrr (closest: lr)"),
+    ({}, ["group_size=4", "lr=1e-3", "temprature=0.7"], "error: temprature=0.7: no such setting (closest: temperature)"),
+    ({}, ["+hydra.sweeper.forcast_level=0.5"], "error: +hydra.sweeper.forcast_level=0.5: nothing reads hydra.sweeper.forcast_level (closest: hydra.sweeper.forecast_level)"),
     ({}, ["group_size=2,4", "group_size=2"], "error: group_size is given twice (group_size=2,4 and group_size=2); keep one"),
     ({}, ["lr=interval(1e-3)"], "Error parsing override 'lr=interval(1e-3)'"),
     ({}, ["lr=interval(1e-2,1e-3)"], "error: lr=interval(1e-2,1e-3): interval bounds must satisfy low < high"),
@@ -127,6 +131,9 @@ def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
     assert shown.startswith(message), done.stderr[-2000:]
     assert not (tmp_path / "sweeps.db").exists() and not (tmp_path / "mlflow.db").exists()
     assert not (tmp_path / "tuned").exists()
+    assert not {"outputs", "multirun", "mlruns"} & {p.name for p in tmp_path.iterdir()}
+    if message.startswith("error:"):
+        assert len(lines) == 1, done.stderr[-2000:]  # the error and nothing else
 
 
 @pytest.mark.parametrize("cli", [["sweeper", "-m"], ["trainer"]])

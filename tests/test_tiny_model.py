@@ -8,7 +8,13 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trainer.base.config import TinyModelRecipe
-from trainer.sampling.tiny_model import build_tiny_model, tiny_model_dir
+from trainer.sampling.tiny_model import (
+    PROBE_SIZE,
+    SHIPPED,
+    build_tiny_model,
+    sampled_accuracy,
+    tiny_model_dir,
+)
 
 # A quick recipe: the real one differs only in size and in how long it warms up.
 QUICK = TinyModelRecipe(
@@ -52,3 +58,33 @@ def test_the_default_recipe_is_in_the_advertised_size_range():
                          num_hidden_layers=r.num_layers, num_attention_heads=r.num_heads, tie_word_embeddings=True)  # fmt: skip
     assert 200_000 < LlamaForCausalLM(config).num_parameters() < 1_000_000
     assert tiny_model_dir(r) != tiny_model_dir(replace(r, hidden_size=64))
+
+
+def test_the_shipped_model_is_the_default_recipe_and_reaches_its_recorded_accuracy():
+    """The model that ships (built by `python -m trainer.sampling.tiny_model`) is the one the
+    default recipe loads, without a build, and still solves as many problems as recorded."""
+    import json
+    import math
+    import random
+
+    import torch
+
+    from trainer.env.tasks import AdditionTask
+
+    recipe = TinyModelRecipe()
+    (shipped,) = SHIPPED.iterdir()
+    assert build_tiny_model(recipe) == shipped == SHIPPED / tiny_model_dir(recipe).name
+    info = json.loads((shipped / "recipe.json").read_text())
+    assert {**info["recipe"], "cache_dir": None} == {**vars(recipe), "cache_dir": None}
+    assert (shipped / "model.safetensors").stat().st_size < 2_000_000  # tiny
+    model = AutoModelForCausalLM.from_pretrained(shipped)
+    tokenizer = AutoTokenizer.from_pretrained(shipped)
+    probe = AdditionTask(num_digits=recipe.num_digits, eval_size=200, seed=0).train_problems(
+        PROBE_SIZE, random.Random(recipe.seed + 1)
+    )  # the warm start's own probe
+    torch.manual_seed(0)
+    accuracy = sampled_accuracy(model, tokenizer, probe)
+    recorded = info["sampled_accuracy"]
+    assert recorded >= recipe.target_accuracy
+    # Sampling noise: 3 standard errors of a proportion over the probe.
+    assert abs(accuracy - recorded) < 3 * math.sqrt(recorded * (1 - recorded) / PROBE_SIZE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 
@@ -57,6 +58,31 @@ def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
         f"[sweep {study.study_name}] {c.done}/{planned} done "
         f"({c.pruned} pruned, {c.failed} failed{running}) best={best_text}"
     )
+
+
+def short(params: dict) -> str:
+    """`lr=0.002346 group_size=4`: a searched float to 4 significant digits, for the terminal
+    (run names and tuned files keep every digit)."""
+    return " ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={show_value(v)}"
+        for k, v in params.items()
+    )
+
+
+# Loggers whose INFO lines the sweep's own lines replace on the terminal: Hydra's launch line
+# (with the internal trial.* overrides, kept in MLflow and the study), Optuna's "study
+# created", MLflow's store setup, transformers' weight-loading bar. `hydra.verbose=true` keeps them.
+CHATTY = ("hydra._internal.core_plugins.basic_launcher", "optuna", "mlflow")
+
+
+def quiet_third_party(verbose) -> None:
+    if verbose:
+        return
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from transformers.utils import logging as transformers_logging  # the trials load it anyway
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" at every trial's start
 
 
 def say(line: str) -> None:

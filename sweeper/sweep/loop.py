@@ -35,7 +35,6 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from analysis.text import show
 from analysis.verdict import study_verdict
 from records.database import DatabaseUnreachable
 from records.sweep import State, StudyAttr, Tag, TrialAttr, best_trial, replicates
@@ -92,6 +91,7 @@ class SweepRunner:
         )
         self.in_flight: dict[int, InFlight] = {}
         self.tuned = TunedFile(self.name, self.s, hydra_context.config_loader, config)
+        self.last_progress = ""  # the progress line said last, so the end does not repeat it
 
     def sweep(self) -> list[JobReturn]:
         try:
@@ -103,6 +103,7 @@ class SweepRunner:
             _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
+        display.quiet_third_party(self.config.hydra.verbose)
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
         study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
@@ -142,7 +143,8 @@ class SweepRunner:
         print("\n".join([final_table(study, verdict), *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
-        say(f"{line}; {stopped}" if stopped else line)
+        if (line := f"{line}; {stopped}" if stopped else line) != self.last_progress:
+            say(line)  # not again when the last trial's line said it
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -172,6 +174,10 @@ class SweepRunner:
                     self._look_again(study, pending)
                 elif job is None and not self._wait_for_others(study):
                     return
+
+    def _say_progress(self, study: optuna.Study) -> None:
+        self.last_progress = progress_line(study, self.search_sampler.planned, self.s.maximize)
+        say(self.last_progress)
 
     def _in_flight_ids(self) -> list[int]:
         return [oa.trial_id(f.trial) for f in list(self.in_flight.values())]
@@ -229,7 +235,7 @@ class SweepRunner:
         flight = InFlight(trial, seeds, config_run, len(carried), dict.fromkeys(carried))
         self.in_flight[trial.number] = flight
         self.heartbeat.beat([oa.trial_id(trial)])  # at once: a trial never beaten is never stale
-        say(f"[sweep {self.name}] t{trial.number} {show(trial.params)} started")
+        say(f"[sweep {self.name}] t{trial.number} {display.short(trial.params)} started")
         pending.extend(self._job(flight, s) for s in seeds if s not in carried)
         if flight.seeds_ended:  # every seed carried over: the race goes on from there
             self._settle(study, flight, pending)
@@ -289,7 +295,7 @@ class SweepRunner:
                 return False
         del self.in_flight[flight.trial.number]
         tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
-        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
+        self._say_progress(study)
         self._stop_if_nothing_to_gain(study)
         self.tuned.update(study)
         return True
@@ -331,7 +337,7 @@ class SweepRunner:
         runs.finish_parent_run(
             self.parent_run_id, study.get_trials(deepcopy=False), None, "KILLED", verdict=""
         )
-        say(progress_line(study, self.search_sampler.planned, self.s.maximize))
+        self._say_progress(study)
         # Everything is recorded: leave without the interpreter's teardown, which collects
         # the model's garbage and, on a busy host, can outlast a preemption's grace period.
         _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")

@@ -23,6 +23,7 @@ class TunedFile:
         self.name, self.s = name, settings
         self.config_loader, self.config = config_loader, config
         self.best_written: int | None = None
+        self.best_said: int | None = None  # "new best" once per best, not again on a rewrite
 
     def update(self, study: optuna.Study, rewrite: bool = False) -> None:
         """Rewrite tuned/<study>.yaml whenever the study has a new best trial (rewrite: even
@@ -41,4 +42,6 @@ class TunedFile:
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number
-        say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
+        if best.number != self.best_said:
+            say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
+            self.best_said = best.number
