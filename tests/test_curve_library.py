@@ -95,8 +95,9 @@ def test_replay_counts_catches_false_prunes_and_delay_at_a_cadence():
     runs = [
         Run("collapse", curve([0.3, 0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])),
         Run("learns", curve([0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5])),
-        # learns with a KL the post_update_kl rule prunes (training reward flat): a false prune
-        Run("learns_high_kl", curve([0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5], kl=1.0)),
+        # one eval dips below its baseline by more than eval_collapse's margin, then the run
+        # learns: eval_collapse prunes it at step 1, a false prune
+        Run("learns_after_a_dip", curve([0.3, 0.15, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5])),
     ]
     rules = default_rules(0.01)
     dense = {t.name: t for t in tallies(rules, runs, every=1)}
@@ -111,7 +112,7 @@ def test_replay_counts_catches_false_prunes_and_delay_at_a_cadence():
     # smoothed over 5 points the collapse shows at step 2 ((0.3+0.3+0.1)/3), the eval rule
     # fires there: no delay
     assert together.delays == [0.0]
-    assert dense["post_update_kl"].false_prunes == 1 and dense["eval_collapse"].caught == 1
+    assert dense["eval_collapse"].false_prunes == 1 and dense["eval_collapse"].caught == 1
     # at eval_every=4 the eval rule sees the collapse at step 4: 2 of 8 steps late
     assert tallies(rules, runs, every=4)[-1].delays == [0.25]
 
