@@ -235,7 +235,7 @@ def read_split(path: Path, split: str, key: str) -> list[dict]:
         if path.is_dir():
             data = datasets.load_from_disk(str(path))
         elif path.suffix in DATASET_BUILDERS:
-            data = datasets.load_dataset(DATASET_BUILDERS[path.suffix], data_files=str(path))
+            data = load_local_file(datasets, DATASET_BUILDERS[path.suffix], path)
         else:
             raise ConfigError(
                 f"task.path={str(path)!r}: unknown format; one of .jsonl, "
@@ -331,3 +331,15 @@ class DatasetTask(SplitTask):
         if rewards == AUTO:
             rewards = default_rewards(problems)
         super().__init__(train, eval, rewards, reward_weights)
+
+
+def load_local_file(datasets: Any, builder: str, path: Path) -> Any:
+    """datasets' loader without its "Generating train split" bar: a local file of a few rows
+    would print it in every preflight and trial, where a one-line error must stand alone."""
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        return datasets.load_dataset(builder, data_files=str(path))
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
