@@ -1,6 +1,7 @@
 """What the policy is trained on, the RL environment: the tasks (problems with a prompt, a
 reference answer and a reward; conf/task/*.yaml names them by `_target_`), the reward functions
-(rewards, with reward_worker calling those that may hang in a child process with a time limit)
+(rewards, with reward_worker calling those that may hang in a child process with a time limit,
+and reward_check calling each once on real rows before any trial)
 and how a prompt is checked and rendered to token ids, chat templates included (prompts). Plain Python, no torch. May import trainer.base and trainer.model; it needs neither
 today beyond base, and the order keeps the model machinery below everything that uses it.
 """
