@@ -52,7 +52,7 @@ def test_mapping_table_on_hand_computed_numbers():
         "scale_rewards": "none",
         "min_p": None,
         "bf16": False,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "beta": 0.04,  # a backend default that backend.grpo overrides
         "report_to": "none",
     }
