@@ -237,7 +237,9 @@ def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys
     bonuses = {row["bonus"] for row in rows}
     training = [call for call in calls if len(call) == 4 * 2]  # a step's rollouts at once
     evals = [call for call in calls if len(call) == 1]  # our eval: one completion a call
-    assert len(training) == 2 and evals and len(training) + len(evals) == len(calls)
+    # first, the preflight's one call: 2 eval rows, each with its answer and an empty string
+    assert len(calls[0]) == 2 * 2
+    assert len(training) == 2 and evals and 1 + len(training) + len(evals) == len(calls)
     assert {value for call in calls for value in call} <= bonuses
     (trial,) = study_in(tmp_path).trials
     run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]
