@@ -88,7 +88,8 @@ def test_trl_style_and_our_style_calls_in_the_worker(monkeypatch):
         {"_target_": "user_rewards.broken"},
     ])  # fmt: skip
     bound(rewards, 0.2)
-    trl, ours = rewards.fns
+    styled, ours = rewards.fns
+    trl = styled.fn  # TRL's batched call, in the worker; `styled` calls it as ours
     assert trl(prompts=["1+1="], completions=["2", "3"], completion_ids=[[1], [2]]) == [0.0, 0.0]
     with pytest.raises(RewardError, match=r"^reward 'broken' raised KeyError: 'no_such_key'"):
         ours(Problem(prompt="1+1=", answer="2"), "2", True)

@@ -95,3 +95,46 @@ def test_bad_reward_settings_are_one_line_config_errors(rewards, weights, messag
     with pytest.raises(ConfigError) as error:
         RewardSet(rewards, weights)
     assert str(error.value).startswith(message)
+
+
+# --- TRL-style rewards (style: trl): called with what TRL passes for the data's format --------
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3="}]
+
+
+def test_trl_kwargs_are_message_lists_for_a_conversational_row():
+    from trainer.env.rewards import trl_kwargs
+
+    rows = [Problem(CHAT, "5", columns={"solution": "5", "level": 1}), Problem(CHAT, "5")]
+    got = trl_kwargs(rows, ["5", ""], [[20], []])
+    assert got["prompts"] == [CHAT, CHAT]
+    assert got["completions"] == [
+        [{"role": "assistant", "content": "5"}],
+        [{"role": "assistant", "content": ""}],
+    ]
+    assert got["completion_ids"] == [[20], []]
+    # every row's columns as lists, a row without one gets None (as a dataset's missing cell)
+    assert got["solution"] == ["5", None] and got["level"] == [1, None]
+    assert got["answer"] == ["5", "5"]
+
+
+def test_trl_kwargs_are_strings_for_a_standard_row():
+    from trainer.env.rewards import trl_kwargs
+
+    got = trl_kwargs([PROBLEM], ["122"], [[]])
+    assert got["prompts"] == [PROBLEM.prompt] and got["completions"] == ["122"]
+
+
+def test_a_trl_docs_reward_scores_under_our_reward_set():
+    """`style: trl` on either backend: TRL's documentation's accuracy reward, reading
+    completion[0]["content"] and the row's `solution`, scores our completions."""
+    rewards = RewardSet([{"_target_": "user_rewards.accuracy_reward", "style": "trl"}])
+    problem = Problem(CHAT, "5", columns={"solution": "5"})
+    assert rewards.parts(problem, "it is 5", True) == {"accuracy_reward": 1.0}
+    assert rewards.parts(problem, "it is 6", True) == {"accuracy_reward": 0.0}
+
+
+def test_a_trl_reward_returning_two_values_for_one_is_named():
+    rewards = RewardSet([{"_target_": "user_rewards.one_too_many", "style": "trl"}])
+    with pytest.raises(RewardError, match=r"^reward 'one_too_many' raised ValueError: returned 2 "):
+        rewards.parts(Problem(CHAT, "5"), "5", True)

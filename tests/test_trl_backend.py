@@ -52,7 +52,7 @@ def test_mapping_table_on_hand_computed_numbers():
         "scale_rewards": "none",
         "min_p": None,
         "bf16": False,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "beta": 0.04,  # a backend default that backend.grpo overrides
         "report_to": "none",
     }
@@ -113,16 +113,6 @@ def test_an_unknown_trl_option_is_refused_with_the_closest_name():
     )
 
 
-def test_a_trl_style_reward_is_refused_on_our_backend():
-    cfg = compose_conf("task.rewards=[{_target_:trainer.env.rewards.format_reward,style:trl}]")
-    with pytest.raises(ConfigError) as refused:
-        validate(cfg)
-    assert str(refused.value) == (
-        "task.rewards: trainer.env.rewards.format_reward is TRL-style (style: trl), called as "
-        "TRL calls a reward: it runs on backend=trl only"
-    )
-
-
 def test_a_bare_trl_backend_validates():
     cfg = compose_conf("backend=trl")
     assert cfg.loss.name == "dr_grpo"  # the nearest TRL-native default to ours
@@ -132,12 +122,13 @@ def test_a_bare_trl_backend_validates():
 @needs_trl
 def test_trl_gets_our_rendered_prompt_ids(smollm2):
     """The chat template applied once, by us: the ids TRL generates from are the ids our
-    backend renders (TRL's own tokenizing is replaced by a lookup of ours)."""
+    backend renders (TRL's own tokenizing is replaced by a lookup of ours); the dataset's
+    prompt is the problem's as written, as TRL's rewards get it."""
     import random
 
     from transformers import AutoTokenizer
 
-    from trainer.backends.trl.data import training_data, with_trl_rewards
+    from trainer.backends.trl.data import training_data
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.tasks import make_task
@@ -146,7 +137,7 @@ def test_trl_gets_our_rendered_prompt_ids(smollm2):
     cfg.max_steps = 2
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     renderer = PromptRenderer(tokenizer, **prompt_settings(cfg.task))
-    task = with_trl_rewards(make_task(cfg.task), cfg.task, renderer)
+    task = make_task(cfg.task)
     data = training_data(cfg, task, renderer, {tokenizer.eos_token_id})
     problems = task.train_problems(4, random.Random(cfg.seed))  # ours draws the same first
     prompts = [row["prompt"] for row in data.rows[:4]]
@@ -158,6 +149,7 @@ def test_trl_gets_our_rendered_prompt_ids(smollm2):
         return_dict=False,
     ) == ids[0]  # fmt: skip
     assert [row["answer"] for row in data.rows[:4]] == [p.answer for p in problems]
+    assert prompts == [p.prompt for p in problems]
 
 
 # --- real sweeps through the CLI ------------------------------------------------------------
@@ -245,7 +237,9 @@ def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys
     bonuses = {row["bonus"] for row in rows}
     training = [call for call in calls if len(call) == 4 * 2]  # a step's rollouts at once
     evals = [call for call in calls if len(call) == 1]  # our eval: one completion a call
-    assert len(training) == 2 and evals and len(training) + len(evals) == len(calls)
+    # first, the preflight's one call: 2 eval rows, each with its answer and an empty string
+    assert len(calls[0]) == 2 * 2
+    assert len(training) == 2 and evals and 1 + len(training) + len(evals) == len(calls)
     assert {value for call in calls for value in call} <= bonuses
     (trial,) = study_in(tmp_path).trials
     run_id = trial.user_attrs[TrialAttr.MLFLOW_RUN_ID]

@@ -66,3 +66,41 @@ def always_one(problem, completion: str, finished: bool) -> float:
 def longer_is_better(problem, completion: str, finished: bool) -> float:
     """Pays for length: a policy trained on it stops ending its answers."""
     return float(len(completion))
+
+
+# TRL's documentation's rewards for a conversational dataset, as a TRL user writes them.
+
+
+def accuracy_reward(completions, solution, **kwargs) -> list[float]:
+    """1.0 when the completion holds the row's `solution`; each call's prompts and completions
+    are appended to $REWARD_SEEN when it is set (one JSON object a call)."""
+    import json
+    import os
+
+    if "REWARD_SEEN" in os.environ:
+        with open(os.environ["REWARD_SEEN"], "a") as seen:
+            shown = {"prompts": kwargs["prompts"], "completions": completions}
+            seen.write(json.dumps(shown) + "\n")
+    contents = [completion[0]["content"] for completion in completions]
+    return [1.0 if str(s) in c else 0.0 for c, s in zip(contents, solution, strict=True)]
+
+
+def think_format_reward(completions, **kwargs) -> list[float]:
+    import re
+
+    pattern = r"^<think>.*?</think>.*$"
+    contents = [completion[0]["content"] for completion in completions]
+    return [1.0 if re.match(pattern, c, re.DOTALL) else 0.0 for c in contents]
+
+
+def one_too_many(completions, **kwargs) -> list[float]:
+    return [0.0] * (len(completions) + 1)
+
+
+def one_too_few(completions, **kwargs) -> list[float]:
+    return [0.0] * (len(completions) - 1)
+
+
+def reads_text(completions, **kwargs) -> list[float]:
+    """A TRL-style reward written for standard (string) completions."""
+    return [float(c.strip() == "") for c in completions]

@@ -21,6 +21,7 @@ from sweeper import SweepError
 from sweeper.plan.space import SearchSpace, Value
 from trainer.backends import validate
 from trainer.base.errors import ConfigError
+from trainer.env.reward_check import check_task_rewards
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,14 @@ MAX_COMBINATIONS = 256
 def check_configurations(config_loader, master_config: DictConfig, space: SearchSpace) -> int:
     """Compose and validate every configuration to check; return how many were checked."""
     warnings: set[str] = set()
+    checked: set[str] = set()  # the task configs whose rewards were called once
     count = 0
     for values in configurations_to_check(space):
         overrides = space.overrides(values)
         cfg = compose(config_loader, master_config, overrides)
         try:
             warnings.update(validate(cfg))
+            check_task_rewards(cfg.task, checked)
         except ConfigError as e:
             where = " ".join(space.params[k].override(v) for k, v in values.items())
             raise SweepError(f"{e}" + (f" (at {where})" if where else "")) from None

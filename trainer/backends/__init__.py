@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from trainer.base.errors import ConfigError
 from trainer.run.validation import validate as validate_common
 
 if TYPE_CHECKING:
@@ -50,16 +49,8 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
 def validate(cfg: DictConfig) -> list[str]:
     """Every check that runs before a model loads: the common ones (trainer/run/validation.py),
     then the backend's own. Raises ConfigError (one line); returns warnings."""
-    from trainer.backends.trl.mapping import trl_style_indices
     from trainer.backends.trl.mapping import validate as validate_trl
 
-    styled = trl_style_indices(cfg.task)
-    if cfg.backend.name != "trl" and styled:
-        target = cfg.task.rewards[styled[0]].get("_target_")
-        raise ConfigError(
-            f"task.rewards: {target} is TRL-style (style: trl), called as "
-            "TRL calls a reward: it runs on backend=trl only"
-        )
     warnings = validate_common(cfg)
     if cfg.backend.name == "trl":
         warnings += validate_trl(cfg)

@@ -159,7 +159,7 @@ def stop(process, conn) -> None:
 
 def bound(rewards, timeout: float) -> None:
     """Call a RewardSet's rewards that may hang in a worker process, `timeout` seconds a call."""
-    from trainer.env.rewards import may_hang
+    from trainer.env.rewards import TrlStyleReward, may_hang
 
     bounded = {name: entry for name, entry in rewards.entries.items() if may_hang(entry)}
     if timeout <= 0 or not bounded:
@@ -167,7 +167,11 @@ def bound(rewards, timeout: float) -> None:
     rewards.worker = RewardWorker(bounded, timeout)
     for i, name in enumerate(rewards.names):
         if name in bounded:
-            rewards.fns[i] = ChildReward(rewards.worker, name, bounded[name])
+            child = ChildReward(rewards.worker, name, bounded[name])
+            if isinstance(rewards.fns[i], TrlStyleReward):  # called as ours, TRL's lists inside
+                rewards.fns[i].fn = child
+            else:
+                rewards.fns[i] = child
 
 
 class ChildReward:

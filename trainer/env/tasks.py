@@ -10,11 +10,12 @@ weights, each logged on its own).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +37,9 @@ AUTO = "auto"  # task.rewards for a data file: chosen from its answers (`default
 class Problem:
     prompt: Prompt  # a string, or a list of {"role", "content"} messages
     answer: str
+    # A data file's row, its prompt left out (the answer column, `solution`, ...): what TRL
+    # passes a reward as keyword lists. Not part of the problem's identity.
+    columns: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 class Task(Protocol):
@@ -278,7 +282,8 @@ def problems_from_rows(
                 f"task.path={path!r}: row {i}, field {answer_field!r}: is empty; "
                 "every row needs a reference answer"
             )
-        problems.append(Problem(prompt=prompt, answer=str(answer)))
+        columns = {key: value for key, value in row.items() if key != prompt_field}
+        problems.append(Problem(prompt=prompt, answer=str(answer), columns=columns))
     return problems
 
 

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from records import metrics as metrics_names
 from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
-from trainer.env.rewards import score_batch
+from trainer.env.rewards import score_batch, use_tokenizer
 from trainer.env.tasks import Task, make_task
 from trainer.rl import rl_math
 from trainer.rl.pipelines import make_pipeline
@@ -88,6 +88,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     policy = load_policy(cfg)
     report_params(reporter, cfg)
     task = make_task(cfg.task)
+    use_tokenizer(task, policy.tokenizer)
     lr = resolve_lr(cfg, policy.model.config.hidden_size)
     # fused: one kernel for all parameters instead of a dozen ops each
     fused = policy.device.type in ("cpu", "cuda")

@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
   mapping      our keys -> GRPOConfig (the one table) and the checks that refuse the rest
-  data         our task as TRL's dataset (our rendered prompt ids) and reward_funcs
+  data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
@@ -106,11 +106,12 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
 
     from trainer.backends.trl.callback import Reporting
     from trainer.backends.trl.checkpoints import newest_usable, step_of
-    from trainer.backends.trl.data import training_data, with_trl_rewards
+    from trainer.backends.trl.data import training_data
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
     from trainer.backends.trl.mapping import validate as validate_trl
     from trainer.env.prompts import PromptRenderer, prompt_settings
+    from trainer.env.rewards import use_tokenizer
     from trainer.env.tasks import make_task
     from trainer.model.rollout import eos_ids
     from trainer.run.lr import resolve_lr
@@ -127,7 +128,8 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     renderer = PromptRenderer(tokenizer, **prompt_settings(cfg.task))
-    task = with_trl_rewards(make_task(cfg.task), cfg.task, renderer)
+    task = make_task(cfg.task)
+    use_tokenizer(task, tokenizer)
     data = training_data(cfg, task, renderer, set(eos_ids(model, tokenizer)))
     kwargs = grpo_kwargs(cfg, resolve_lr(cfg, model.config.hidden_size))
     kwargs["reward_weights"] = data.reward_weights

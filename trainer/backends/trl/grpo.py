@@ -1,8 +1,9 @@
 """TRL's GRPOTrainer with two additions: it trains on our prompt token ids, and it keeps what
 the health rules' KLs need.
 
-- Prompts: the dataset's `prompt` is the text of our rendering (trainer/backends/trl/data.py);
-  `_tokenize_prompts` returns the ids we rendered it from, so nothing is templated twice.
+- Prompts: the dataset's `prompt` is the problem's, a string or messages
+  (trainer/backends/trl/data.py); `_tokenize_prompts` returns the ids we rendered from it, so
+  nothing is templated twice.
 - KLs, from the log-probs the loss already computes (no extra forward): the sampler-vs-learner
   KL (kl_sample_train_v1/v2) wherever TRL keeps the sampler's log-probs (`old_per_token_logps`
   with num_substeps > 1, vLLM's `sampling_per_token_logps`); with num_substeps=1 and no vLLM,
@@ -19,18 +20,19 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from records import metrics as metrics_names
+from trainer.env.prompts import prompt_key
 from trainer.rl import rl_math
 
 
 class OurGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args, prompt_ids: dict[str, list[int]], **kwargs) -> None:
+    def __init__(self, *args, prompt_ids: dict, **kwargs) -> None:
         self.our_prompt_ids = prompt_ids
         self._learner_logps: torch.Tensor | None = None
         self._trained: list[tuple[dict, torch.Tensor]] = []  # this step's (batch, learner logps)
         super().__init__(*args, **kwargs)
 
     def _tokenize_prompts(self, prompts: list):
-        return [list(self.our_prompt_ids[p]) for p in prompts], None, {}
+        return [list(self.our_prompt_ids[prompt_key(p)]) for p in prompts], None, {}
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)

@@ -147,10 +147,10 @@ TABLE = (
     Row("repetition_penalty", "repetition_penalty", lambda x: x.cfg.repetition_penalty),
     Row("max_completion_length", "max_tokens", lambda x: x.cfg.max_tokens),
     Row(
-        "gradient_checkpointing",
+        "activation_checkpointing",
         "gradient_checkpointing",
         lambda x: x.cfg.gradient_checkpointing,
-        "TRL's default is on",
+        "TRL's default is on; transformers' new name (the old one warns)",
     ),
     Row(
         "use_cpu",
