@@ -268,8 +268,18 @@ def test_ctrl_c_and_kill_9_then_the_same_command_resumes(tmp_path):
     assert [t.state.name for t in interrupted] == ["FAIL", "FAIL"]
     assert interrupted[0].user_attrs["fail_reason"].startswith("interrupted (Ctrl-C)")
     assert interrupted[1].user_attrs["fail_reason"].startswith("lost: its sweeper stopped")
-    assert runs[interrupted[0].user_attrs["mlflow_run_id"]].info.status == "KILLED"
-    assert runs[interrupted[1].user_attrs["mlflow_run_id"]].info.status == "FAILED"
     # every grid point completed exactly once; the interrupted points ran again
     assert sorted(t.params["group_size"] for t in completed) == [2, 4]
     assert all(t.state.name == "COMPLETE" for t in completed)
+    # Interrupted before any checkpoint, a point goes on in the same MLflow run: one run per
+    # point, FINISHED, each step of its curve once.
+    point_run = {t.params["group_size"]: t.user_attrs["mlflow_run_id"] for t in completed}
+    assert [t.user_attrs["mlflow_run_id"] in point_run.values() for t in interrupted] == [True] * 2
+    assert sorted(
+        r.info.run_id for r in runs.values() if "sweeper.trial_number" in r.data.tags
+    ) == sorted(point_run.values())
+    client = MlflowClient(mlflow_uri(tmp_path))
+    for run_id in point_run.values():
+        assert runs[run_id].info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run_id, "reward/mean")]
+        assert steps == list(range(1, 41))

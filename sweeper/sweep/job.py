@@ -206,8 +206,8 @@ def run_trial(cfg: DictConfig) -> float:
     client = tracking_client(attrs[StudyAttr.MLFLOW_TRACKING_URI])
     resumed_from = _resumed_from(cfg)
     earlier = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(cfg.seed), {})
-    if resumed_from is not None and earlier.get("run_id"):
-        run = MLflowRun.attach(earlier["run_id"], client)  # one unbroken curve across the retry
+    if earlier.get("run_id"):  # checkpoint or not: one run per point, one unbroken curve
+        run = MLflowRun.attach(earlier["run_id"], client)
     else:
         run = MLflowRun(
             cfg.experiment,
@@ -221,8 +221,9 @@ def run_trial(cfg: DictConfig) -> float:
             },
             client=client,
         )
-    if resumed_from is not None:
-        run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), Tag.RESUMED_FROM_STEP: resumed_from})
+    if earlier.get("run_id"):
+        resumed = {} if resumed_from is None else {Tag.RESUMED_FROM_STEP: resumed_from}
+        run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), **resumed})
     if not several_seeds:  # with several, the trial's run is its configuration run
         trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, run.run_id)
     started = Replicate(
