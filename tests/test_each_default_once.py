@@ -112,6 +112,12 @@ def task_defaults(target: str) -> dict[str, Any]:
 @pytest.mark.parametrize("path", sorted(CONF.glob("task/*.yaml")), ids=lambda p: p.name)
 def test_a_task_yaml_states_its_class_defaults(path):
     given = yaml.safe_load(path.read_text())
+    if "_target_" not in given:  # extends another task's YAML (checked itself): its keys exist
+        (base,) = [d for d in given["defaults"] if d != "_self_"]
+        target = yaml.safe_load((path.parent / f"{base}.yaml").read_text())["_target_"]
+        unknown = set(given) - {"defaults"} - set(task_defaults(target))
+        assert not unknown, f"{path} sets {sorted(unknown)}, which {target} does not take"
+        return
     defaults = task_defaults(given["_target_"])
     drifted = [
         f"task.{key}={value!r} (the class: {defaults[key]!r})"

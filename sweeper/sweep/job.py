@@ -221,7 +221,7 @@ def run_trial(cfg: DictConfig) -> float:
             },
             client=client,
         )
-    if earlier.get("run_id"):
+    if earlier.get("run_id") or resumed_from is not None:  # the guess's tag, fixed on load
         resumed = {} if resumed_from is None else {Tag.RESUMED_FROM_STEP: resumed_from}
         run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), **resumed})
     if not several_seeds:  # with several, the trial's run is its configuration run
