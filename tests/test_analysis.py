@@ -475,14 +475,14 @@ def test_real_sweep_end_to_end(tmp_path: Path) -> None:
         "task.eval_size=16",
     ]
     subprocess.run(sweep, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)
-    run = subprocess.run(
-        [sys.executable, "-m", "analysis", "report"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def analysis(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "analysis", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    run = analysis("report")
     assert run.returncode == 0, run.stderr
     study = optuna.load_study(
         study_name=optuna.get_all_study_names(f"sqlite:///{tmp_path / 'sweeps.db'}")[0],
@@ -514,14 +514,7 @@ def test_real_sweep_end_to_end(tmp_path: Path) -> None:
     )
     assert again.returncode == 0 and again.stdout == tuned, again.stderr
     # the same finished sweep, its default rules replayed on its runs' whole MLflow histories
-    rules = subprocess.run(
-        [sys.executable, "-m", "analysis", "rules", "--eval-every", "2"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    rules = analysis("rules", "--eval-every", "2")
     assert rules.returncode == 0, rules.stderr
     assert f"study {study.study_name}, the study's rules:" in rules.stdout
     assert "2 runs at eval_every=2:" in rules.stdout and "all together" in rules.stdout
