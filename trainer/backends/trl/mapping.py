@@ -31,10 +31,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.base.errors import ConfigError
+from trainer.env.rewards import STYLE_TRL, is_trl_style
 from trainer.run.lr import LR_SCHEDULES
 
 MICRO_BATCHING = "gradient_accumulation_steps"  # k: a backend.grpo option that is ours to read
-STYLE_TRL = "trl"  # a task.rewards entry {_target_: module.fn, style: trl}: TRL's signature
 LOSSES = ("grpo", "dr_grpo", "bnpo", "dapo")  # loss.name with the same meaning in TRL
 
 
@@ -270,11 +270,7 @@ def _reward_entries(task_cfg: Any) -> list[Any]:
 
 def trl_style_indices(task_cfg: Any) -> list[int]:
     """Which task.rewards entries are TRL-style (`style: trl`)."""
-    return [
-        i
-        for i, entry in enumerate(_reward_entries(task_cfg))
-        if OmegaConf.is_dict(entry) and entry.get("style") == STYLE_TRL
-    ]
+    return [i for i, entry in enumerate(_reward_entries(task_cfg)) if is_trl_style(entry)]
 
 
 def _check_rewards(cfg: DictConfig) -> None:
