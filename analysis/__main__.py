@@ -187,7 +187,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if not runs:
         raise AnalysisError(f"{source}: no runs to replay")
     which = "the study's rules" if rules is not None else "the default rules"
-    rules = rules if rules is not None else default_rules()
+    if rules is None:  # read each run's held-out reward, as a sweep with its objective does
+        rules = rule_replay.for_objective(lambda objective: default_rules(objective=objective))
     print(f"{source}, {which}:")
     print("\n".join(rule_replay.replay_table(rules, runs, args.eval_every)))
     return 0

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.curve_labels import BROKEN, COLLAPSED, LEARNING, Label, Point, label
+from analysis.curve_labels import BROKEN, COLLAPSED, FLAT, HACKED, LEARNING, Label, Point, label
 from analysis.load import StudyData, history
 from analysis.load import _training_runs as training_runs
 from records import metrics as names
@@ -151,58 +151,95 @@ class Tally:
     prunes: int = 0
     learning: int = 0
     false_prunes: int = 0
+    flat: int = 0
+    flat_pruned: int = 0  # neither broken nor learning, stopped: a cheap loss, counted apart
     broken: int = 0
     caught: int = 0  # broken runs pruned or warned
     caught_pruned: int = 0
+    caught_as_required: int = 0  # collapsed or broke: pruned; hacked: pruned or warned
     delays: list[float] = field(default_factory=list)  # (stop - break) / run length
+    steps: int = 0  # trial-steps the runs took unpruned
+    saved: int = 0  # trial-steps after the prunes: what pruning saved
 
     def add(self, o: Outcome) -> None:
         self.runs += 1
-        self.prunes += o.pruned_at is not None
+        pruned = o.pruned_at is not None
+        self.prunes += pruned
+        self.steps += o.last_step
+        self.saved += o.last_step - o.pruned_at if pruned else 0
         if o.label == LEARNING:
             self.learning += 1
-            self.false_prunes += o.pruned_at is not None
+            self.false_prunes += pruned
+        if o.label == FLAT:
+            self.flat += 1
+            self.flat_pruned += pruned
         if o.label in BROKEN:
             self.broken += 1
-            self.caught_pruned += o.pruned_at is not None
+            self.caught_pruned += pruned
+            self.caught_as_required += pruned or (o.label == HACKED and o.stop is not None)
             if o.stop is not None:
                 self.caught += 1
                 if o.broke_at is not None:
                     self.delays.append((o.stop - o.broke_at) / max(o.last_step, 1))
 
-    def line(self) -> str:
-        def rate(hits: int, n: int) -> str:
-            if n == 0:
-                return "-/0"
-            low, high = wilson(hits, n)
-            return f"{hits}/{n} {hits / n:.0%} [{low:.0%}, {high:.0%}]"
+    @property
+    def median_delay(self) -> float | None:
+        return statistics.median(self.delays) if self.delays else None
 
-        delay = f"{statistics.median(self.delays):+.0%}" if self.delays else "-"
+    def line(self) -> str:
+        delay = "-" if self.median_delay is None else f"{self.median_delay:+.0%}"
+        saved = f"{self.saved / self.steps:.0%}" if self.steps else "-"
         return (
-            f"{self.name:<24} {self.prunes:>6}  {rate(self.false_prunes, self.learning):<20} "
-            f"{rate(self.caught, self.broken):<20} {rate(self.caught_pruned, self.broken):<20} "
-            f"{delay:>6}"
+            f"{self.name:<28} {self.prunes:>6}  {rate(self.false_prunes, self.learning):<21} "
+            f"{rate(self.caught_as_required, self.broken):<21} "
+            f"{rate(self.caught, self.broken):<21} {delay:>6} "
+            f"{f'{self.flat_pruned}/{self.flat}':>6} {saved:>6}"
         )
 
 
+def rate(hits: int, n: int) -> str:
+    """hits/n with its share and 95% Wilson interval."""
+    if n == 0:
+        return "-/0"
+    low, high = wilson(hits, n)
+    return f"{hits}/{n} {hits / n:.0%} [{low:.0%}, {high:.0%}]"
+
+
 HEADER = (
-    f"{'rules':<24} {'prunes':>6}  {'false prunes/learning':<20} {'caught (prune|warn)':<20} "
-    f"{'caught by prune':<20} {'delay':>6}"
+    f"{'rules':<28} {'prunes':>6}  {'false prunes/learning':<21} {'caught as required':<21} "
+    f"{'caught (prune|warn)':<21} {'delay':>6} {'flat':>6} {'saved':>6}"
 )
 
 
-def tallies(rules: Sequence[HealthRule], runs: Sequence[Run], every: int) -> list[Tally]:
+# The rules to replay: one list for every run, or a list a run (the defaults read each run's
+# own held-out reward: `for_objective`).
+Rules = Sequence[HealthRule] | Callable[[Run], Sequence[HealthRule]]
+
+
+def for_objective(make: Callable[[str], Sequence[HealthRule]]) -> Callable[[Run], list]:
+    """Rules built for each run's held-out metric, as a sweep with that objective builds them."""
+    return lambda run: list(make(run.heldout_metric))
+
+
+def rules_of(rules: Rules, run: Run) -> Sequence[HealthRule]:
+    return rules(run) if callable(rules) else rules
+
+
+def tallies(rules: Rules, runs: Sequence[Run], every: int) -> list[Tally]:
     """One tally per rule alone, then one for the rules together."""
-    out = [Tally(rule.name) for rule in rules] + [Tally("all together")]
+    out: list[Tally] = []
     for run in runs:
         lab = labelled(run)
-        for rule, tally in zip(rules, out, strict=False):
+        given = rules_of(rules, run)
+        if not out:
+            out = [Tally(rule.name) for rule in given] + [Tally("all together")]
+        for rule, tally in zip(given, out, strict=False):
             tally.add(outcome([rule], run, every, lab))
-        out[-1].add(outcome(rules, run, every, lab))
+        out[-1].add(outcome(given, run, every, lab))
     return out
 
 
-def replay_table(rules: Sequence[HealthRule], runs: Iterable[Run], every: int) -> list[str]:
+def replay_table(rules: Rules, runs: Iterable[Run], every: int) -> list[str]:
     """The report: the label counts, then a line per rule alone and the rules together.
     Delay: the median of (first stop - the label's break step) over the run's length."""
     runs = list(runs)
@@ -214,7 +251,9 @@ def replay_table(rules: Sequence[HealthRule], runs: Iterable[Run], every: int) -
     shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     return [
         f"{len(runs)} runs at eval_every={every}: {shown}",
-        "rates with their 95% Wilson interval; delay: median (stop - break) / run steps",
+        "rates with their 95% Wilson interval; delay: median (stop - break) / run steps; "
+        "caught as required: collapsed and learned-then-broke runs pruned, hacked runs pruned "
+        "or warned; flat: flat runs pruned; saved: trial-steps after the prunes / all",
         HEADER,
         *(t.line() for t in tallies(rules, runs, every)),
     ]

@@ -3,7 +3,7 @@ held-out eval, one JSON file a run (bench/HEALTH.md, "Recorded-curve library"). 
 format for the health rules' error rates and the verdict/forecast replays.
 
     python bench/record_curves.py [--model tiny|smollm2] [--part calibration|heldout|all]
-        [--tasks addition addition_length] [--lrs 3e-4 2e-3 ...] [--seeds 4] [--steps 20]
+        [--tasks addition addition_length] [--lrs 3e-4 2e-3 ...] [--seeds 12] [--steps 50]
         [--eval-every 2] [--out bench/results/curves] [--list]
 
 Resumable run by run: a run's file is written when it ends and a rerun of the same command
@@ -45,7 +45,10 @@ MODELS = {  # the overrides that make each model's runs (the tiny model: the def
     "smollm2": ["batch_size=8", "group_size=4", "max_tokens=16", "temperature=0.7"],
 }
 MODEL_TASKS = {"tiny": ["addition", "addition_length"], "smollm2": ["arithmetic"]}
-MODEL_LRS = {"tiny": [3e-4, 2e-3, 5e-3, 1e-2, 3e-2], "smollm2": [1e-4, 1e-3, 1e-2]}
+MODEL_LRS = {
+    "tiny": [3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 7e-3, 1e-2, 1.5e-2, 2e-2, 3e-2],
+    "smollm2": [1e-4, 1e-3, 1e-2],
+}
 
 
 def part_of(seed: int) -> str:
@@ -141,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=[CALIBRATION, HELDOUT, "all"], default=CALIBRATION)
     p.add_argument("--tasks", nargs="+", help="conf/task names (default: the model's)")
     p.add_argument("--lrs", nargs="+", type=float, help="default: the model's range")
-    p.add_argument("--seeds", type=int, default=4, help="seeds_of(0, N); parity picks the part")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--seeds", type=int, default=12, help="seeds_of(0, N); parity picks the part")
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--list", action="store_true", help="print the plan and what is done")

@@ -186,3 +186,16 @@ def test_trls_callback_saves_the_monitor_beside_the_checkpoint_and_restores_it(t
     # row, as in the run never stopped
     fired = resumed.health.monitor.breaches(3, {metrics.KL_PRE_POST_V2: 1.5})
     assert [b.rule for b in fired] == ["post_update_kl"]
+
+
+def test_length_blowup_can_fire_under_a_short_max_tokens_and_spares_a_learner():
+    """The tiny model starts at 3.5 of max_tokens=8 tokens: a hacked run padding to the cap
+    (3.5 -> 6, 7, 8: 1.7-2.3 x) passes 1.5 x from step 2, three steps in a row at step 4; the
+    old bound, 3 x = 10.5 tokens, lies past the cap. A learner's 1.2 x (4.2) never fires."""
+    from trainer.run.health import failure_mode_rules
+
+    (rule,) = [r for r in failure_mode_rules() if r.name == "length_blowup"]
+    padded = {s: {metrics.COMPLETION_LENGTH: v} for s, v in enumerate([3.5, 6, 7, 8, 8], 1)}
+    assert [b.step for b in warnings([rule], padded)] == [4]
+    learner = {s: {metrics.COMPLETION_LENGTH: v} for s, v in enumerate([3.5, 4.2, 4.2, 4.2], 1)}
+    assert warnings([rule], learner) == []

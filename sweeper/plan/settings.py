@@ -20,6 +20,7 @@ from records.database import (
     scheme,
     shown_url,
 )
+from records.metrics import EVAL_REWARD
 from sweeper import SweepError
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from trainer.run.health import HealthRule, default_rules, rules_from_settings
@@ -157,7 +158,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         fail_stale_trials=conf.fail_stale_trials,
         db_retry_seconds=retry,
         max_lost_in_a_row=lost,
-        health_rules=_health_rules(conf.health, threshold),
+        health_rules=_health_rules(conf.health, threshold, _held_out_reward(conf)),
         kl_threshold=threshold,
         pruner=_value(conf.pruner),
         pruner_warmup_steps=conf.pruner_warmup_steps,
@@ -165,9 +166,17 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
     )
 
 
-def _health_rules(given: Any, kl_threshold: float) -> tuple[HealthRule, ...]:
+def _held_out_reward(conf: Any) -> str:
+    """The held-out reward the default rules read: the objective when it is a held-out reward
+    to maximise (e.g. a reward's honest part), else the eval's mean reward."""
+    objective = str(conf.objective)
+    maximised = _value(conf.direction) == "maximize"
+    return objective if maximised and objective.startswith("eval/") else EVAL_REWARD
+
+
+def _health_rules(given: Any, kl_threshold: float, objective: str) -> tuple[HealthRule, ...]:
     if given is None:
-        return tuple(default_rules(kl_threshold))
+        return tuple(default_rules(kl_threshold, objective))
     given = _plain(given)
     _require(isinstance(given, list), "health", given, "must be a list of rules, or null")
     try:

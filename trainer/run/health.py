@@ -154,9 +154,13 @@ POST_UPDATE_KL_FACTOR = 10
 EARLY_FACTOR = 10
 
 
-def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[HealthRule]:
-    """Calibrated on the tiny model's lr x num_substeps grid and SmolLM2's lr x seed grid on
-    task=arithmetic (bench/HEALTH.md). The GRPO failure-mode rules only warn."""
+def default_rules(
+    kl_threshold: float = TrainConfig.kl_threshold, objective: str = metrics.EVAL_REWARD
+) -> list[HealthRule]:
+    """Calibrated on the recorded-curve library's calibration part (bench/HEALTH.md). The rules
+    that read the held-out reward read `objective`, the metric the researcher trusts (a sweep's
+    `objective`): where the reward's total can be gamed, its honest part. The GRPO
+    failure-mode rules only warn."""
     return [
         HealthRule(
             "post_update_kl",
@@ -166,7 +170,7 @@ def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[Health
             patience=3,
             advice="one update moves the policy too far: lower lr",
             guard=Guard.not_improved,
-            guard_metric=metrics.EVAL_REWARD,
+            guard_metric=objective,
         ),
         HealthRule(
             "sampler_kl",
@@ -180,16 +184,25 @@ def default_rules(kl_threshold: float = TrainConfig.kl_threshold) -> list[Health
         HealthRule("finite_grad", metrics.GRAD_NORM, Check.not_finite, advice="lower lr"),
         HealthRule(
             "eval_collapse",
-            metrics.EVAL_REWARD,
+            objective,
             Check.below_baseline,
             0.1,
             advice="the policy collapsed: lower lr",
         ),
-        *failure_mode_rules(),
+        *failure_mode_rules(objective),
     ]
 
 
-def failure_mode_rules() -> list[HealthRule]:
+# Calibrated on the recorded-curve library's calibration part (bench/health_rates.py). Over 3
+# steps in a row the learning runs' mean length stayed below 1.24 x their first step's (SmolLM2
+# lr=1e-3; the tiny model's at most 1.02 x), while the tiny model's hacked and collapsed runs
+# grew to 1.76-2.3 x (its max_tokens=8 caps it at 2.3 x: the old bound, 3 x, could never fire).
+# Entropy stays at 0.1 x: a learner's falls steadily as its policy sharpens (SmolLM2's learners
+# reach 0.19-0.2 x by step 12), so a higher floor would warn on long learning runs.
+LENGTH_GROWTH = 1.5
+
+
+def failure_mode_rules(objective: str = metrics.EVAL_REWARD) -> list[HealthRule]:
     """GRPO's own failure modes, warnings by default (bench/HEALTH.md, "Failure modes")."""
     warn = Action.warn
     return [
@@ -225,14 +238,14 @@ def failure_mode_rules() -> list[HealthRule]:
             "length_blowup",
             metrics.COMPLETION_LENGTH,
             Check.ratio_above,
-            3.0,
+            LENGTH_GROWTH,
             patience=3,
             advice="completions grow without bound: add a length penalty or lower max_tokens",
             action=warn,
         ),
         HealthRule(
             "train_eval_divergence",
-            metrics.EVAL_REWARD,
+            objective,
             Check.below_peak,
             0.12,
             advice="held-out reward falls while training reward rises: the reward is being "
