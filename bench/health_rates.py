@@ -150,6 +150,22 @@ def _renamed(t: Tally, name: str) -> Tally:
     return copy
 
 
+def docs_cells(t: dict) -> list[str]:
+    """A tally (as_json) as docs/health.md's held-out columns: false prunes of learning runs,
+    broken runs caught as required, median delay; counts with their 95% Wilson interval."""
+
+    def counted(hits: int, n: int) -> str:
+        low, high = rule_replay.wilson(hits, n)
+        return f"{hits}/{n} [{low:.0%}, {high:.0%}]" if n else "-/0"
+
+    delay = t["median_delay"]
+    return [
+        counted(t["false_prunes"], t["learning"]),
+        counted(t["caught_as_required"], t["broken"]),
+        "-" if delay is None else f"{delay:+.0%}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=["calibration", "heldout"], required=True)

@@ -344,3 +344,25 @@ def test_a_resumed_forecaster_reads_its_points_back_and_forecasts_as_one_never_s
         resumed.judge(step, points[step], 0.02, resumed_run)
     forecasts = straight_run.metrics[FORECAST_MEAN]
     assert resumed_run.metrics[FORECAST_MEAN] == {s: forecasts[s] for s in (20, 30)}
+
+
+def test_the_default_rules_read_the_sweeps_held_out_objective():
+    """A sweep whose objective is a reward's honest part (task=addition_length's exact match
+    beside a gamed length bonus) watches that part; an objective that is not a held-out reward
+    to maximise leaves the rules on the eval's mean."""
+    from sweeper.plan.settings import resolve_settings
+    from sweeper.plan.settings_schema import GRPOSweeperConf
+
+    def read(**conf: str) -> dict[str, tuple[str, str]]:
+        rules = resolve_settings(GRPOSweeperConf(**conf), 0.01).health_rules
+        return {r.name: (r.metric, r.guard_metric) for r in rules}
+
+    honest = read(objective="eval/reward/exact_match")
+    assert honest["eval_collapse"][0] == honest["post_update_kl"][1] == "eval/reward/exact_match"
+    assert honest["train_eval_divergence"] == ("eval/reward/exact_match", "reward/mean")
+    for conf in (
+        {},
+        {"objective": "reward/mean"},
+        {"objective": "eval/loss", "direction": "minimize"},
+    ):
+        assert read(**conf)["eval_collapse"][0] == "eval/reward/mean"
