@@ -30,6 +30,7 @@ from pathlib import Path
 import optuna
 
 from analysis import forecast
+from records.metrics import stderr_of
 
 EVAL = "eval/reward/mean"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -49,6 +50,30 @@ def eval_curves(path: Path, eval_size: int) -> dict[str, list[tuple[int, float, 
                 points.append((int(s), p, se))
         curves[key] = points
     return curves
+
+
+def library_sweeps(folder: Path, part: str | None, every: int) -> dict[str, dict]:
+    """The recorded-curve library (bench/record_curves.py) as sweeps: one a (model, task,
+    seed), its runs the lrs, each its held-out metric's evals at a multiple of `every`."""
+    from analysis.rule_replay import at_cadence, load_library
+
+    sweeps: dict[str, dict] = {}
+    for run in load_library([folder], part):
+        model_task, lr, seed = run.run.rsplit("-", 2)
+        points = [
+            (s, m[run.heldout_metric], _stderr(m, run.heldout_metric, run.eval_size or 400))
+            for s, m in sorted(at_cadence(run.steps, every).items())
+            if isinstance(m.get(run.heldout_metric), int | float)
+        ]
+        sweeps.setdefault(f"{model_task}-{seed}", {})[lr] = points
+    return sweeps
+
+
+def _stderr(m: dict, metric: str, eval_size: int) -> float:
+    """Logged beside a mean (`stderr_of`), else binomial over eval_size (a 0/1 reward part)."""
+    p = m[metric]
+    logged = m.get(stderr_of(metric)) if metric.endswith("/mean") else None
+    return logged or math.sqrt(max(p * (1 - p), 0.0) / eval_size)
 
 
 def replay(curves, order, arm: str, level: float) -> dict[str, int]:
@@ -155,7 +180,10 @@ def tied_with_best(curves) -> set[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("curves", type=Path, nargs="+")
+    p.add_argument("curves", type=Path, nargs="*")
+    p.add_argument("--library", type=Path, help="a recorded-curve library folder instead")
+    p.add_argument("--part", choices=["calibration", "heldout"], help="the library's part")
+    p.add_argument("--every", type=int, default=10, help="the library's evals replayed")
     p.add_argument("--eval-size", type=int, default=400)
     p.add_argument("--orders", type=int, default=20)
     p.add_argument("--level", type=float, default=0.9)
@@ -171,6 +199,9 @@ def main() -> None:
         )
         for path in args.curves
     }
+    if args.library:  # each (model, task, seed) a sweep over its lrs
+        for name, runs in library_sweeps(args.library, args.part, args.every).items():
+            load[Path(name)] = runs
     if args.calibrate:
         merged = {f"{p.name} {k}": c for p, curves in load.items() for k, c in curves.items()}
         print(f"MODEL_ERROR = {calibrate(merged)}")

@@ -166,10 +166,25 @@ def docs_cells(t: dict) -> list[str]:
     ]
 
 
+def write_docs(tiny: dict) -> None:
+    """Put each rule's held-out cells (docs_cells) into docs/health.md's table."""
+    path = RESULTS.parents[1] / "docs" / "health.md"
+    lines = path.read_text().split("\n")
+    for i, line in enumerate(lines):
+        name = line.split("|")[1].strip() if line.startswith("| ") else ""
+        key = "all together" if name == "all default rules together" else name.strip("`")
+        if key in tiny:
+            cells = line.split("|")
+            cells[-4:-1] = [f" {c} " for c in docs_cells(tiny[key])]
+            lines[i] = "|".join(cells)
+    path.write_text("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=["calibration", "heldout"], required=True)
     p.add_argument("--variants", action="store_true", help="candidate changes beside the defaults")
+    p.add_argument("--write-docs", action="store_true", help="docs/health.md's held-out cells")
     args = p.parse_args(argv)
     runs = runs_of(args.part)
     if not runs:
@@ -181,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"part": args.part, "runs": sorted(r.run for r in runs), "models": out}
         path.write_text(json.dumps(summary, indent=1) + "\n")
         print(f"\nwrote {path.relative_to(RESULTS.parents[1])}")
+        if args.write_docs:
+            write_docs(out["tiny"][str(DEFAULT_EVERY)]["defaults"])
     return 0
 
 
