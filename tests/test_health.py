@@ -366,3 +366,24 @@ def test_the_default_rules_read_the_sweeps_held_out_objective():
         {"objective": "eval/loss", "direction": "minimize"},
     ):
         assert read(**conf)["eval_collapse"][0] == "eval/reward/mean"
+
+
+def test_the_health_guide_quotes_each_rules_held_out_error_rates():
+    """docs/health.md puts beside each default rule its false prunes, catches and delay on the
+    held-out curves (tiny model, the default eval cadence), as bench/health_rates.py wrote
+    them in bench/results/health_rates_heldout.json."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    from health_rates import DEFAULT_EVERY, docs_cells
+
+    rates = json.loads((root / "bench" / "results" / "health_rates_heldout.json").read_text())
+    tiny = rates["models"]["tiny"][str(DEFAULT_EVERY)]["defaults"]
+    page = (root / "docs" / "health.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
+    for rule in default_rules(0.01):
+        cells = [c.strip() for c in rows[f"`{rule.name}`"].split("|")[-4:-1]]
+        assert cells == docs_cells(tiny[rule.name]), rule.name
+    together = [c.strip() for c in rows["all default rules together"].split("|")[-4:-1]]
+    assert together == docs_cells(tiny["all together"])
