@@ -38,15 +38,17 @@ def mlflow_server(postgres, tmp_path_factory):  # noqa: F811
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
+    # Until it answers or exits: 60 s was not enough for it to come up on a host at load 20.
+    deadline = time.monotonic() + 600
+    while True:
         try:
             urllib.request.urlopen(f"{url}/health", timeout=1).close()
             break
         except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail("mlflow server did not start")
             time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("mlflow server did not start")
     yield url
     server.terminate()
     server.wait(timeout=30)
