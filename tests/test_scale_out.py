@@ -4,7 +4,9 @@ Four `python -m sweeper` processes started with the same command share the study
 they cover a grid exactly once and spend a TPE budget of n_trials in total.
 """
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,10 +37,22 @@ def mlflow_server(postgres, tmp_path_factory):  # noqa: F811
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", postgres.database("mlflow"), "--artifacts-destination", str(artifacts),
          "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+
+    def stop() -> None:
+        # the whole group: killing `mlflow server` alone left its uvicorn, job runner and
+        # huey consumers (which outlast a SIGTERM) running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
     url = f"http://127.0.0.1:{port}"
-    # Until it answers or exits: 60 s was not enough for it to come up on a host at load 20.
+    # Until it answers or exits: 60 s was not always enough for it to come up on a busy host.
     deadline = time.monotonic() + 600
     while True:
         try:
@@ -46,12 +60,11 @@ def mlflow_server(postgres, tmp_path_factory):  # noqa: F811
             break
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
+                stop()
                 pytest.fail("mlflow server did not start")
             time.sleep(0.5)
     yield url
-    server.terminate()
-    server.wait(timeout=30)
+    stop()
 
 
 def start_workers(n, cwd, storage, tracking_uri, *overrides, env=None):
