@@ -1,6 +1,7 @@
 """`python -m sweeper -m lr=...` on a real instruct model and the arithmetic task, end to end:
 the chat template on, the last-number reward, both trials complete, the verdict and the
-report written (bench/REAL_TASKS.md has the full-size run)."""
+report written (bench/REAL_TASKS.md has the full-size run). One sweep, shared by the tests:
+each reads a different part of it."""
 
 from __future__ import annotations
 
@@ -18,48 +19,54 @@ from trainer.run.health import default_rules
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
 
-def test_a_sweep_over_lr_on_smollm2_runs_end_to_end_with_its_report(smollm2, tmp_path):
+@pytest.fixture(scope="module")
+def kl_sweep(smollm2, tmp_path_factory):
+    """Issue 41's sweep, shortened to 4 steps (constant lr, fixed seed: steps 1-4 follow the
+    same trajectory as the 8-step run, and the default eval set is the same 64 problems): run
+    once, read by both tests below. Returns the folder and the sweep's output."""
+    cwd = tmp_path_factory.mktemp("smollm2_sweep")
     done = run_sweep(
-        tmp_path, f"model.path={smollm2}", "task=arithmetic", "task.eval_size=32",
-        "lr=3e-4,1e-3", "batch_size=2", "group_size=2", "max_tokens=12", "temperature=0.7", "max_steps=2",
-        "eval_every=0", "hydra.sweeper.study_name=smollm2-lr",
+        cwd, f"model.path={smollm2}", "task=arithmetic", "lr=3e-4,1e-3", "batch_size=8",
+        "group_size=4", "max_tokens=16", "temperature=0.7", "max_steps=4", "eval_every=2",
+        "hydra.sweeper.study_name=smollm2-kl", timeout=1700,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return cwd, done.stdout + done.stderr
+
+
+# The first test to ask for the sweep runs it: a few minutes on a calm host, much longer on a
+# loaded one; both say so, since either may run first.
+@pytest.mark.timeout(1800)
+def test_a_sweep_over_lr_on_smollm2_runs_end_to_end_with_its_report(kl_sweep):
+    cwd, out = kl_sweep
     # learner_batch_tokens=auto sized from the model
-    assert "micro-batches of at most 970 tokens" in done.stdout + done.stderr
-    trials = study_in(tmp_path).trials
+    assert "micro-batches of at most 970 tokens" in out
+    trials = study_in(cwd).trials
     assert sorted(t.params["lr"] for t in trials) == [3e-4, 1e-3]
     assert {t.state.name for t in trials} == {"COMPLETE"}
     baselines = [t.user_attrs[TrialAttr.BASELINE] for t in trials]
     assert all(b > 0 for b in baselines)  # the template and the reward read its answers
     report = subprocess.run(
         [sys.executable, "-m", "analysis", "report"],
-        cwd=tmp_path, env=sweep_env(tmp_path), capture_output=True, text=True, timeout=300,
+        cwd=cwd, env=sweep_env(cwd), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-3000:]
-    assert "Study smollm2-lr" in report.stdout and "t0" in report.stdout
-    assert (tmp_path / "reports" / "smollm2-lr" / "index.html").is_file()
+    assert "Study smollm2-kl" in report.stdout and "t0" in report.stdout
+    assert (cwd / "reports" / "smollm2-kl" / "index.html").is_file()
 
 
-@pytest.mark.timeout(1800)  # a few minutes on a calm host; much longer on a loaded one
-def test_a_fast_learner_whose_kl_breaches_while_its_reward_rises_is_kept(smollm2, tmp_path):
-    """Issue 41's sweep, shortened to 4 steps (constant lr, fixed seed: steps 1-4 follow the
-    same trajectory as the 8-step run, and the default eval set is the same 64 problems): lr=1e-3
-    moves the policy far in one update (post-update KL above the post_update_kl bound on steps
-    1-3) while its training reward and eval climb; the default health rules keep it, and the
-    verdict compares it with lr=3e-4."""
-    done = run_sweep(
-        tmp_path, f"model.path={smollm2}", "task=arithmetic", "lr=3e-4,1e-3", "batch_size=8",
-        "group_size=4", "max_tokens=16", "temperature=0.7", "max_steps=4", "eval_every=2",
-        "hydra.sweeper.study_name=smollm2-kl", timeout=1700,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
+@pytest.mark.timeout(1800)
+def test_a_fast_learner_whose_kl_breaches_while_its_reward_rises_is_kept(kl_sweep):
+    """lr=1e-3 moves the policy far in one update (post-update KL above the post_update_kl
+    bound on steps 1-3) while its training reward and eval climb; the default health rules
+    keep it, and the verdict compares it with lr=3e-4."""
+    cwd, out = kl_sweep
+    trials = {t.params["lr"]: t for t in study_in(cwd).trials}
     fast, slow = trials[1e-3], trials[3e-4]
     assert fast.state.name == "COMPLETE", fast.user_attrs
     assert slow.state.name == "COMPLETE", slow.user_attrs
     (rule,) = [r for r in default_rules() if r.name == "post_update_kl"]
-    client = MlflowClient(mlflow_uri(tmp_path))
+    client = MlflowClient(mlflow_uri(cwd))
     history = client.get_metric_history(fast.user_attrs[TrialAttr.MLFLOW_RUN_ID], KL_PRE_POST_V2)
     kl = [m.value for m in sorted(history, key=lambda m: m.step)]
     longest = run = 0
@@ -69,7 +76,6 @@ def test_a_fast_learner_whose_kl_breaches_while_its_reward_rises_is_kept(smollm2
     assert longest >= rule.patience == 3, kl  # the rule's bound held for its patience ...
     evals = sorted(fast.intermediate_values.items())
     assert evals[0][0] == 0 and evals[-1][1] > evals[0][1], evals  # ... while it learned
-    out = done.stdout + done.stderr
     assert "Only one configuration completed" not in out, out[-3000:]
     compared = [
         line for line in out.splitlines() if "beats the runner-up" in line or "are tied" in line

@@ -4,7 +4,9 @@ Four `python -m sweeper` processes started with the same command share the study
 they cover a grid exactly once and spend a TPE budget of n_trials in total.
 """
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ import pytest
 from conftest import free_port, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
+
+from records.database import SCHEMA_BARRIER_ENV
 
 # Health rules off: these tests are the infrastructure's, and on an 8-problem eval one problem
 # (0.125) is past eval_collapse's 0.1 bound, which pruned both trials of a healthy sweep on an
@@ -33,25 +37,38 @@ def mlflow_server(postgres, tmp_path_factory):  # noqa: F811
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", postgres.database("mlflow"), "--artifacts-destination", str(artifacts),
          "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+
+    def stop() -> None:
+        # the whole group: killing `mlflow server` alone left its uvicorn, job runner and
+        # huey consumers (which outlast a SIGTERM) running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
+    # Until it answers or exits: 60 s was not always enough for it to come up on a busy host.
+    deadline = time.monotonic() + 600
+    while True:
         try:
             urllib.request.urlopen(f"{url}/health", timeout=1).close()
             break
         except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                stop()
+                pytest.fail("mlflow server did not start")
             time.sleep(0.5)
-    else:
-        server.kill()
-        pytest.fail("mlflow server did not start")
     yield url
-    server.terminate()
-    server.wait(timeout=30)
+    stop()
 
 
-def start_workers(n, cwd, storage, tracking_uri, *overrides):
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+def start_workers(n, cwd, storage, tracking_uri, *overrides, env=None):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, **(env or {})}
     command = [
         sys.executable,
         "-m",
@@ -115,6 +132,11 @@ def test_four_workers_cover_a_grid_exactly_once(postgres, mlflow_server, tmp_pat
 @pytest.mark.postgres
 def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  # noqa: F811
     storage = postgres.database("optuna_tpe")
+    # All four wait at a barrier right before the study's schema, so they reach the study
+    # together: short trials cannot all go to one worker that came up first (before the
+    # barrier, trials of 60 steps made that unlikely at the cost of the test's time).
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     outputs = start_workers(
         4,
         tmp_path,
@@ -124,8 +146,10 @@ def test_four_workers_share_one_tpe_budget(postgres, mlflow_server, tmp_path):  
         "hydra.sweeper.n_trials=6",
         "group_size=2",
         "lr=tag(log, interval(1e-4, 1e-2))",
-        "max_steps=60",
-    )  # fmt: skip  (trials long enough that no worker takes them all)
+        "max_steps=10",
+        env={SCHEMA_BARRIER_ENV: f"{barrier}:4"},
+    )
+    assert len(list(barrier.iterdir())) == 4  # each worker met the barrier
     study = optuna.load_study(study_name="shared-tpe", storage=storage)
     finished = [t for t in study.trials if t.state.is_finished()]
     assert len(finished) == 6, [  # one budget: not 6 a worker
