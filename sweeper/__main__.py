@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
@@ -22,8 +23,11 @@ CONFIG_NAME = "sweep"
 def main(cfg: DictConfig) -> float:
     # Imported here, after Hydra composed the config and the sweeper checked every point of
     # the search space: a bad input fails before the trainer's imports (PEFT, transformers, MLflow).
+    from sweeper.results import display
     from sweeper.sweep.job import run
 
+    if cfg.trial.id is not None:  # a sweep's trial: its chatter to its log file
+        display.trial_output_to_log(HydraConfig.get().verbose)
     return run(cfg)
 
 
