@@ -1,12 +1,22 @@
-"""How long a command takes to answer when it does no training: a bad input, or --help.
+"""How long a command takes to answer when it does no training: a bad input, or --help;
+and with --sweep, how long the README's main sweep takes to its first training step and to
+its verdict, as a newcomer meets it.
 
     python bench/bench_startup.py [--before /tmp/before] [--repeats 5]
+    python bench/bench_startup.py --sweep [--repeats 3]
 
 Each command runs in a fresh process in an empty directory, from this checkout and, with
 --before, from an older one (its root put first on PYTHONPATH), alternated: this, before,
 this, before, ... Per command and checkout: the median wall time and every round's. A bad
 input is what a user meets most often before a sweep, and the bad-input tests run it 20 times.
 Nothing here asserts a timing. Results: bench/results/startup.json.
+
+--sweep: `python -m sweeper -m group_size=4,8 lr=1e-3,2e-3` (README.md's main job), each run
+in a fresh empty directory with a fresh HOME (no cache: the shipped tiny model is what it
+loads), no MLFLOW_TRACKING_URI (a new mlflow.db). Per run: start -> the first trial's
+"Training N steps" line in its log file (logged after the step-0 baseline eval, right
+before step 1), start -> the verdict's table on stdout, start -> exit, and the load average
+before it. Medians over the runs. Results: bench/results/startup_sweep.json.
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from machine_info import machine  # bench/ is on the path: this runs as a script
+
+README_SWEEP = ["sweeper", "-m", "group_size=4,8", "lr=1e-3,2e-3"]
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,11 +62,69 @@ def wall(code: Path, args: list[str], expected: int) -> float:
     return elapsed
 
 
+def first_sweep(code: Path) -> dict[str, float]:
+    """One run of the README's sweep as a newcomer meets it: seconds to its first step, to
+    its verdict, to its exit."""
+    with tempfile.TemporaryDirectory() as cwd:
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        env.update(PYTHONPATH=str(code), HOME=f"{cwd}/home")
+        for cache in ("XDG_CACHE_HOME", "HF_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+            env.pop(cache, None)
+        load = os.getloadavg()[0]
+        started = time.time()
+        process = subprocess.Popen(
+            [sys.executable, "-m", *README_SWEEP],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        verdict = None
+        for line in process.stdout:
+            if verdict is None and line.startswith("trial "):  # the table's header
+                verdict = time.time() - started
+        process.wait()
+        ended = time.time() - started
+        if process.returncode or verdict is None:
+            raise SystemExit(f"the sweep exited {process.returncode} without its verdict")
+        (log,) = Path(cwd, "multirun").glob("*/*/t0/__main__.log")
+        stamp = next(line for line in log.read_text().splitlines() if "] - Training " in line)
+        first = datetime.strptime(stamp[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp() - started
+    return {
+        "first_step_s": round(first, 2),
+        "verdict_s": round(verdict, 2),
+        "exit_s": round(ended, 2),
+        "load_before": load,
+    }
+
+
+def sweeps(repeats: int) -> None:
+    runs = []
+    for round_ in range(repeats):
+        runs.append(first_sweep(ROOT))
+        print(f"run {round_ + 1}/{repeats}: {runs[-1]}", file=sys.stderr)
+    summary = {
+        f"median_{key}": round(statistics.median(r[key] for r in runs), 2)
+        for key in ("first_step_s", "verdict_s", "exit_s", "load_before")
+    }
+    result = {"command": "python -m " + " ".join(README_SWEEP), **summary, "runs": runs}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "startup_sweep.json").write_text(
+        json.dumps({**result, "machine": machine()}, indent=1) + "\n"
+    )
+    print(json.dumps(result, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="an older checkout to compare with")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sweep", action="store_true", help="the README's main sweep")
     args = parser.parse_args()
+    if args.sweep:
+        sweeps(args.repeats)
+        return
     codes = {"this": ROOT, **({"before": args.before.resolve()} if args.before else {})}
     times: dict[str, dict[str, list[float]]] = {n: {c: [] for c in codes} for n in COMMANDS}
     for round_ in range(args.repeats):

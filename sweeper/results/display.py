@@ -124,7 +124,7 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 def say_started(study_name: str, number: int, params: dict, live: bool) -> None:
     """A trial's first line: on a terminal, with its live line to come (`live`: the trial
     runs in this process, alone), left open for it to redraw."""
-    line = f"[sweep {study_name}] t{number} {short(params)} started"
+    line = f"[sweep {study_name}] t{number} {short(params)}".rstrip() + " started"
     if live and on_terminal():
         print(f"\r{line}", end="", file=sys.stderr, flush=True)
     else:
