@@ -413,7 +413,7 @@ def test_eval_curves_have_a_stderr_band(finished: Sweep) -> None:
     assert min(ys) == pytest.approx(0.3 - 1.96 * EVAL_STDERR, abs=1e-4)
     assert max(ys) == pytest.approx(0.7 + 0.0392, abs=1e-4)
     assert stderr_band(best, EVAL_REWARD) == ([0, 2, 4], pytest.approx([0.3, 0.5, 0.7]), [0.02] * 3)
-    assert EVAL_CI_LABEL in [t.get_text() for t in evals.get_legend().texts]
+    assert EVAL_CI_LABEL in [t.get_text().replace("\n", " ") for t in evals.get_legend().texts]
 
 
 def test_stderr_of_a_mean_over_seeds() -> None:
