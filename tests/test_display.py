@@ -7,7 +7,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from analysis.text import trial_note
-from sweeper.results.display import TrialLine, end_line, short
+from sweeper.results.display import TrialLine, end_line, short, trials_run_here
 
 
 def test_a_searched_float_shows_four_significant_digits():
@@ -22,6 +22,7 @@ class Terminal(io.StringIO):
 
 
 def test_a_trial_line_redraws_in_place_with_its_rate_and_eta():
+    trials_run_here()  # as the sweep says when its launcher runs trials in its own process
     now = [100.0]
     screen = Terminal()
     line = TrialLine("[sweep s] t1 lr=0.002", 50, stream=screen, clock=lambda: now[0])

@@ -10,7 +10,6 @@ The trainer's own INFO lines and progress bar go to the trial's log file
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -153,10 +152,20 @@ def say_ended(line: str) -> None:
     say(f"\r\x1b[K{line}" if on_terminal() else line)
 
 
+_INLINE = False  # this process's sweep runs its trials here, one at a time
+
+
+def trials_run_here() -> None:
+    """Said by the sweep when its launcher runs each trial in its own process, alone: then a
+    trial's line may be live (in a launcher's workers, two trials would fight over one)."""
+    global _INLINE
+    _INLINE = True
+
+
 class TrialLine:
     """A trial's live line on a terminal: `t1 lr=0.002 step 12/50, 1.9 step/s, ETA 20 s,
     reward 0.31`, redrawn in place at most every `interval` seconds. Silent on a pipe, and
-    in a launcher's worker process (two trials at once would fight over one line)."""
+    unless the sweep runs its trials in this process (trials_run_here)."""
 
     def __init__(
         self,
@@ -168,7 +177,7 @@ class TrialLine:
     ) -> None:
         self.head, self.max_steps, self.clock, self.interval = head, max_steps, clock, interval
         self.stream = stream or sys.stderr
-        self.live = on_terminal(self.stream) and _in_sweeper_process()
+        self.live = on_terminal(self.stream) and _INLINE
         self.first: tuple[int, float] | None = None  # (step, time) when training began
         self.drawn_at = -float("inf")
 
@@ -195,10 +204,6 @@ class TrialLine:
         if REWARD in metrics:
             parts.append(f"reward {metrics[REWARD]:.2f}")
         return f"{self.head} " + ", ".join(parts)
-
-
-def _in_sweeper_process() -> bool:
-    return multiprocessing.parent_process() is None
 
 
 def final_table(study: optuna.Study, verdict: Verdict) -> str:

@@ -116,6 +116,7 @@ class SweepRunner:
     def _sweep(self) -> list[JobReturn]:
         if self.inline:  # the first trial's imports, while the stores are created
             _import_in_background(TRIAL_MODULE)
+            display.trials_run_here()
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
         display.quiet_third_party(self.config.hydra.verbose)
