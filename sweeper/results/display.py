@@ -112,7 +112,8 @@ def trial_output_to_log(verbose) -> None:
 
 
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line of the sweep's; on a terminal it takes the place of a trial's live line."""
+    print(f"\r\x1b[K{line}" if on_terminal() else line, file=sys.stderr, flush=True)
 
 
 def on_terminal(stream: TextIO | None = None) -> bool:
@@ -145,11 +146,6 @@ def end_line(study_name: str, trial: FrozenTrial) -> str:
     if trial.state == TrialState.FAIL:
         return f"{head}: failed{at}{took}: {trial_note(trial)}"
     return f"{head}: {trial.state.name.lower()}"
-
-
-def say_ended(line: str) -> None:
-    """Replaces the trial's live line on a terminal (clearing what it drew)."""
-    say(f"\r\x1b[K{line}" if on_terminal() else line)
 
 
 _INLINE = False  # this process's sweep runs its trials here, one at a time

@@ -316,7 +316,7 @@ class SweepRunner:
         tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
         told = oa.fresh(study, oa.trial_id(flight.trial))
         if told.state.is_finished() and not is_interrupted(told):  # else tell said why
-            display.say_ended(display.end_line(self.name, told))
+            say(display.end_line(self.name, told))
         self._say_progress(study)
         self._stop_if_nothing_to_gain(study)
         self.tuned.update(study)
