@@ -50,7 +50,7 @@ ANALYSIS = [
     'python -m analysis compare "$STUDY_A" "$STUDY_B"',
 ]
 # Appended to each sweep: a few steps on a few problems, the README's grid unchanged.
-TINY = "batch_size=2 max_steps=1 eval_every=0 task.eval_size=8"
+TINY = "batch_size=4 max_steps=2 eval_every=0 task.eval_size=16"
 
 
 def readme_lines() -> set[str]:
@@ -85,7 +85,7 @@ def test_the_readme_workflow_runs_as_written(tmp_path):
     terminal = main.stderr + main.stdout
     # One screen from start to verdict, and no carriage-return bars in a pipe.
     assert len(terminal.splitlines()) <= 40, terminal
-    assert "\r" not in terminal and "Training 1 steps" not in terminal
+    assert "\r" not in terminal and "Training 2 steps" not in terminal
     assert sum(f"[sweep {study}] t{n} " in terminal for n in range(4)) == 4
     assert "Best: t" in main.stdout
 
