@@ -1,13 +1,20 @@
 """What the sweep's terminal shows of a trial: its parameters, its live line, its end."""
 
 import io
+import logging
 from datetime import datetime, timedelta
 
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from analysis.text import trial_note
-from sweeper.results.display import TrialLine, end_line, short, trials_run_here
+from sweeper.results.display import (
+    OverLiveLine,
+    TrialLine,
+    end_line,
+    short,
+    trials_run_here,
+)
 
 
 def test_a_searched_float_shows_four_significant_digits():
@@ -74,3 +81,9 @@ def test_a_trial_ends_in_one_line_with_its_value_or_why():
     assert trial_note(pruned) in end_line("s", pruned)
     failed = frozen(TrialState.FAIL, steps_run=0, fail_reason="RuntimeError: no cuda:99")
     assert end_line("s", failed).endswith(": failed at step 0 in 21 s: RuntimeError: no cuda:99")
+
+
+def test_a_warning_on_a_terminal_clears_the_live_line_first():
+    record = logging.LogRecord("trainer", logging.WARNING, "", 0, "t0 warning: %s", ("x",), None)
+    inner = logging.Formatter("[%(levelname)s] - %(message)s")
+    assert OverLiveLine(inner).format(record) == "\r\x1b[K[WARNING] - t0 warning: x"

@@ -103,12 +103,25 @@ def trial_output_to_log(verbose) -> None:
             handler, logging.FileHandler
         ):
             handler.setLevel(logging.WARNING)
+            if on_terminal(handler.stream):  # a warning takes the place of the live line
+                handler.setFormatter(OverLiveLine(handler.formatter))
     from transformers.utils import logging as transformers_logging  # the trial loads it anyway
 
     from trainer.base.progress import bars_to_log
 
     transformers_logging.disable_progress_bar()  # "Loading weights" at every trial's start
     bars_to_log()
+
+
+class OverLiveLine(logging.Formatter):
+    """A console record on a terminal, written over a trial's live line (cleared first)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\r\x1b[K" + self.inner.format(record)
 
 
 def say(line: str) -> None:
