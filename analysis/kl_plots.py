@@ -105,11 +105,12 @@ def kl_curves(data: StudyData) -> Figure | str:
     kls = kl_metrics_watched(rules) or [data.kl_metric]
     if not any(t.histories.get(m) for t in data.trials for m in kls):
         return f"No {' or '.join(kls)} histories in MLflow for any trial."
-    fig, axes = plt.subplots(1, len(kls), figsize=(7.5 * len(kls), 5), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(kls), figsize=(7.5 * len(kls), 5.5), squeeze=False, layout=ps.LAYOUT
+    )
     for ax, metric in zip(axes.flat, kls, strict=True):
         _kl_panel(ax, data, metric, rules)
-    fig.suptitle(f"KL the health rules watch — study {data.name}")
-    fig.tight_layout()
+    ps.suptitle(fig, f"KL the health rules watch — study {data.name}")
     return fig
 
 
@@ -135,7 +136,7 @@ def _kl_panel(ax, data: StudyData, metric: str, rules) -> None:
     values_all += draw_rules(ax, drawn)
     if values_all and all(v > 0 for v in values_all if math.isfinite(v)):
         ax.set_yscale("log")
-    ax.set_title(metric_title(metric, drawn, rules is not None), fontsize=10)
+    ax.set_title(ps.wrap(metric_title(metric, drawn, rules is not None), 4.2, 10), fontsize=10)
     ax.set(xlabel="training step", ylabel=f"{metric} (nats per token)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3, which="both")
@@ -160,7 +161,7 @@ def pareto_front(points: list[tuple[float, float, int]], maximize: bool) -> list
 
 
 def _draw_front(front: list[tuple[float, float, int]], ax) -> None:
-    """The Pareto front as a red line through circled points, each labelled t<number>."""
+    """The Pareto front as a red line through circled points."""
     front = sorted(front)
     ax.plot(
         [kl for kl, _, _ in front],
@@ -172,8 +173,6 @@ def _draw_front(front: list[tuple[float, float, int]], ax) -> None:
         linewidth=1.5,
         label="Pareto front (high reward, low KL)",
     )
-    for kl, r, n in front:
-        ax.annotate(f"t{n}", (kl, r), textcoords="offset points", xytext=(5, 5), fontsize=8)
 
 
 def reward_vs_kl(data: StudyData) -> Figure | str:
@@ -189,7 +188,7 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
     # Failed trials are shown but never on the front: their numbers are not a result.
     points = [(t.final_kl, reward[t.number], t.number) for t in sel if t.state != "failed"]
     front = pareto_front(points, data.direction == "maximize")
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(9, 5.2), layout=ps.LAYOUT)
     for state, marker in ps.STATE_MARKERS.items():
         group = [t for t in sel if t.state == state]
         if group:
@@ -201,16 +200,23 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
                 label=state,
             )
     _draw_front([(by_kl, reward[n], n) for by_kl, _, n in points if n in front], ax)
+    for t in sel:  # every point named, on the front or not
+        ax.annotate(
+            f"t{t.number}",
+            (t.final_kl, reward[t.number]),
+            textcoords="offset points",
+            xytext=(5, 5),
+            fontsize=8,
+        )
     bounds = draw_rules(ax, threshold_rules(study_rules(data.attrs), data.kl_metric), True)
     if all(v > 0 for v in [t.final_kl for t in sel] + bounds):
         ax.set_xscale("log")
     meaning = KL_MEANING.get(data.kl_metric, "")
     ax.set(
-        title=f"Reward vs KL across trials — study {data.name}",
-        xlabel=f"last {data.kl_metric} (nats per token)\n{meaning}",
+        title=ps.wrap(f"Reward vs KL across trials — study {data.name}", 6.0, 12),
+        xlabel=ps.wrap(f"last {data.kl_metric} (nats per token)\n{meaning}", 6.0),
         ylabel=f"{data.objective} (pruned: last eval)",
     )
     ax.grid(alpha=0.3, which="both")
     ps.legend(ax)
-    fig.tight_layout()
     return fig

@@ -75,7 +75,7 @@ def config_intervals(data: StudyData) -> Figure | str:
     ranked = study_verdict(data.study, data.attrs, data.maximize).ranked
     if len(ranked) < 2:
         return "Fewer than two completed configurations: nothing to compare."
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ranked) + 3), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ranked) + 3), 4.5), layout=ps.LAYOUT)
     for x, s in enumerate(ranked):
         i = s.interval
         err = [[i.estimate - i.low], [i.high - i.estimate]] if i.known else None
@@ -83,13 +83,10 @@ def config_intervals(data: StudyData) -> Figure | str:
         ax.errorbar([x], [i.estimate], yerr=err, fmt="o", color=color, capsize=5)
     ax.set_xticks(range(len(ranked)), [s.label for s in ranked])
     methods = sorted({s.interval.method for s in ranked})
-    ax.set(
-        title=f"{data.objective}: mean and 95% CI per configuration ({'; '.join(methods)})",
-        xlabel="configuration (best first)",
-        ylabel=data.objective,
-    )
+    title = f"{data.objective}: mean and 95% CI per configuration ({'; '.join(methods)})"
+    ax.set_title(ps.wrap(title, fig.get_figwidth() * 0.8))
+    ax.set(xlabel="configuration (best first)", ylabel=data.objective)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
     return fig
 
 
@@ -104,7 +101,7 @@ def reward_curves(data: StudyData) -> Figure | str:
         return "No reward histories in MLflow for any trial."
     best, many = data.best(), len(with_curves) > ps.LABELLED_TRIALS
     # Separate y scales: held-out reward moves in a narrower band than per-step training reward.
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout=ps.LAYOUT)
     for ax, metric, title in (
         (axes[0], REWARD, "Training reward (mean over rollouts)"),
         (axes[1], EVAL_REWARD, "Eval reward (step 0 = baseline)"),
@@ -124,12 +121,12 @@ def reward_curves(data: StudyData) -> Figure | str:
                 color = line[0].get_color()
                 if len(t.seed_histories) > 1:  # the seeds' spread as a band around their mean
                     ax.fill_between(steps, low, high, color=color, alpha=ps.SEEDS_ALPHA, lw=0)
-                if metric == EVAL_REWARD:  # the eval's noise over problems: +-1 stderr
+                if metric == EVAL_REWARD:  # the eval's noise over problems: its 95% CI
                     at, mean, err = stderr_band(t, metric)
                     ax.fill_between(
                         at,
-                        [m - e for m, e in zip(mean, err, strict=True)],
-                        [m + e for m, e in zip(mean, err, strict=True)],
+                        [m - ps.Z95 * e for m, e in zip(mean, err, strict=True)],
+                        [m + ps.Z95 * e for m, e in zip(mean, err, strict=True)],
                         color=color,
                         alpha=ps.STDERR_ALPHA,
                         lw=0,
@@ -140,8 +137,7 @@ def reward_curves(data: StudyData) -> Figure | str:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     ps.legend(axes[1], ps.band_keys(with_curves))  # forecasts too, when drawn
-    fig.suptitle(f"Reward curves — study {data.name}")
-    fig.tight_layout()
+    ps.suptitle(fig, f"Reward curves — study {data.name}")
     return fig
 
 
@@ -159,23 +155,31 @@ def forecast_band(ax, t: TrialRecord, color: str) -> None:
 
 
 def objective_vs_params(data: StudyData) -> Figure | str:
-    """The objective against each swept hyperparameter (+-1 eval stderr on a one-seed trial's
-    value); pruned trials at their last eval; lr and log-declared parameters on a log axis."""
+    """The objective against each swept hyperparameter, each completed configuration with the
+    verdict's 95% CI (the verdict figure's); pruned trials at their last eval; lr and
+    log-declared parameters on a log axis. One legend for every panel, beside them."""
     names = data.param_names
     points = [t for t in data.trials if t.value is not None or t.last_eval is not None]
     if not names or not points:
         return "No swept parameters with an objective value yet."
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.5 * cols + 2, 3.6 * rows + 0.6), squeeze=False, layout=ps.LAYOUT
+    )
     log_params = log_scaled(data)
     best = data.best()
+    ranked = study_verdict(data.study, data.attrs, data.maximize).ranked
+    intervals = {s.label: s.interval for s in ranked if s.interval.known}
     for ax, name in zip(axes.flat, names, strict=False):
-        _param_panel(ax, data, name, points, best, name in log_params)
+        _param_panel(ax, data, name, points, best, name in log_params, intervals)
     for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
-    fig.suptitle(f"{data.objective} against each hyperparameter — study {data.name}")
-    fig.tight_layout()
+    handles = {}  # every panel's entries once, the first panel's order first
+    for ax in axes.flat[: len(names)]:
+        handles.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
+    ps.suptitle(fig, f"{data.objective} against each hyperparameter — study {data.name}")
     return fig
 
 
@@ -187,7 +191,7 @@ def log_scaled(data: StudyData) -> set[str]:
     return declared | {LR}
 
 
-def _param_panel(ax, data: StudyData, name: str, points, best, log: bool) -> None:
+def _param_panel(ax, data: StudyData, name: str, points, best, log: bool, intervals) -> None:
     values = [t.params.get(name) for t in points]
     categorical = any(isinstance(v, str | bool) for v in values if v is not None)
     order = sorted({str(v) for v in values if v is not None}) if categorical else None
@@ -199,18 +203,21 @@ def _param_panel(ax, data: StudyData, name: str, points, best, log: bool) -> Non
         ys = [t.value if t.value is not None else t.last_eval for t in sel]
         label = state if state == "complete" else f"{state} (last eval)"
         dots = ax.scatter(xs, ys, marker=marker, alpha=0.75, label=label)
-        # One seed's objective carries its eval stderr; seeds > 1: the verdict figure's CIs.
-        err = [t.stderr if t.value is not None and len(t.replicates) <= 1 else None for t in sel]
-        if any(e is not None for e in err):
+        # The verdict's interval of each completed configuration (pruned and failed: none).
+        cis = [intervals.get(f"t{t.number}") if t.value is not None else None for t in sel]
+        if any(cis):
+            below = [max(0.0, y - i.low) if i else 0.0 for y, i in zip(ys, cis, strict=True)]
+            above = [max(0.0, i.high - y) if i else 0.0 for y, i in zip(ys, cis, strict=True)]
             ax.errorbar(
                 xs,
                 ys,
-                yerr=[e or 0.0 for e in err],
+                yerr=[below, above],
                 fmt="none",
                 ecolor=dots.get_facecolor()[0],
                 alpha=0.6,
                 capsize=3,
                 gid=ps.STDERR_GID,
+                label="95% CI (as in the verdict)",
             )
     if best is not None and name in best.params:
         x = order.index(str(best.params[name])) if categorical else best.params[name]
@@ -229,13 +236,10 @@ def _param_panel(ax, data: StudyData, name: str, points, best, log: bool) -> Non
     log = log and not categorical and all(v > 0 for v in values if v is not None)
     if log:
         ax.set_xscale("log")
-    ax.set(
-        xlabel=name + (" (log scale)" if log else ""),
-        ylabel=data.objective,
-        title=name,
-    )
+    width = ax.get_figure().get_figwidth() / 4  # a panel's, at most 3 across beside the legend
+    ax.set_title(ps.wrap(name, width, 10))
+    ax.set(xlabel=ps.wrap(name + (" (log scale)" if log else ""), width), ylabel=data.objective)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
 
 
 def importance(data: StudyData) -> Figure | str:
@@ -257,15 +261,14 @@ def importance(data: StudyData) -> Figure | str:
     if not scores:
         return "Hyperparameter importance: no parameter varied across completed trials."
     names = list(scores)[::-1]
-    fig, ax = plt.subplots(figsize=(7, 0.5 * len(names) + 1.8))
-    ax.barh(names, [scores[n] for n in names], color="tab:blue")
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 2), layout=ps.LAYOUT)
+    ax.barh([ps.wrap(n, 2.5) for n in names], [scores[n] for n in names], color="tab:blue")
     ax.set(
         title=f"Hyperparameter importance (fANOVA, {len(done)} completed trials)",
         xlabel=f"share of {data.objective} variance explained",
         xlim=(0, 1),
     )
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
     return fig
 
 

@@ -6,9 +6,11 @@ runs one training with the defaults, like `python -m trainer`.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
@@ -22,8 +24,11 @@ CONFIG_NAME = "sweep"
 def main(cfg: DictConfig) -> float:
     # Imported here, after Hydra composed the config and the sweeper checked every point of
     # the search space: a bad input fails before the trainer's imports (PEFT, transformers, MLflow).
+    from sweeper.results import display
     from sweeper.sweep.job import run
 
+    if cfg.trial.id is not None:  # a sweep's trial: its chatter to its log file
+        display.trial_output_to_log(HydraConfig.get().verbose)
     return run(cfg)
 
 
@@ -32,3 +37,7 @@ if __name__ == "__main__":
     if problem := unknown_keys(sys.argv[1:], config_dir(), CONFIG_NAME):
         sys.exit(f"error: {problem}")
     main()
+    # All is recorded and said: the interpreter's last collection of the trials' garbage
+    # (seconds after the verdict on a 2-core CPU) would free nothing a process that ends
+    # needs, so everything alive now is left out of it. Files still flush at exit.
+    gc.freeze()

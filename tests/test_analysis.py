@@ -22,7 +22,7 @@ from analysis.__main__ import main
 from analysis.advice import advise
 from analysis.kl_plots import kl_curves, reward_vs_kl
 from analysis.load import load_study
-from analysis.plot_style import STDERR_GID
+from analysis.plot_style import EVAL_CI_LABEL, STDERR_GID
 from analysis.plots import (
     mean_stderr,
     objective_vs_params,
@@ -409,10 +409,11 @@ def test_eval_curves_have_a_stderr_band(finished: Sweep) -> None:
     bands = [c for c in evals.collections if c.get_gid() == STDERR_GID]
     assert len(bands) == 7  # every trial with evals (the failed one logged some too)
     best = data.trials[4]  # evals at steps 0, 2, 4: 0.3, 0.5, 0.7, each +-0.02
-    ys = bands[4].get_paths()[0].vertices[:, 1]
-    assert min(ys) == pytest.approx(0.3 - EVAL_STDERR) and max(ys) == pytest.approx(0.7 + 0.02)
+    ys = bands[4].get_paths()[0].vertices[:, 1]  # their 95% CI: +-1.96 stderr
+    assert min(ys) == pytest.approx(0.3 - 1.96 * EVAL_STDERR, abs=1e-4)
+    assert max(ys) == pytest.approx(0.7 + 0.0392, abs=1e-4)
     assert stderr_band(best, EVAL_REWARD) == ([0, 2, 4], pytest.approx([0.3, 0.5, 0.7]), [0.02] * 3)
-    assert "±1 stderr over eval problems" in [t.get_text() for t in evals.get_legend().texts]
+    assert EVAL_CI_LABEL in [t.get_text().replace("\n", " ") for t in evals.get_legend().texts]
 
 
 def test_stderr_of_a_mean_over_seeds() -> None:

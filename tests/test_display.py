@@ -1,9 +1,89 @@
-"""What the sweep's terminal shows of a trial's parameters."""
+"""What the sweep's terminal shows of a trial: its parameters, its live line, its end."""
 
-from sweeper.results.display import short
+import io
+import logging
+from datetime import datetime, timedelta
+
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from analysis.text import trial_note
+from sweeper.results.display import (
+    OverLiveLine,
+    TrialLine,
+    end_line,
+    short,
+    trials_run_here,
+)
 
 
 def test_a_searched_float_shows_four_significant_digits():
     params = {"lr": 0.0023456789012345678, "group_size": 4, "model.device": "cuda:1"}
     assert short(params) == "lr=0.002346 group_size=4 model.device=cuda:1"
     assert short({"lr": 1e-3, "temperature": 0.7, "x": None}) == "lr=0.001 temperature=0.7 x=null"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_trial_line_redraws_in_place_with_its_rate_and_eta():
+    trials_run_here()  # as the sweep says when its launcher runs trials in its own process
+    now = [100.0]
+    screen = Terminal()
+    line = TrialLine("[sweep s] t1 lr=0.002", 50, stream=screen, clock=lambda: now[0])
+    line.step(0, {"eval/reward/mean": 0.3})  # the baseline eval: the clock starts here
+    assert screen.getvalue() == ""
+    now[0] = 104.0
+    line.step(10, {"reward/mean": 0.3125})  # 10 steps in 4 s: 2.5 step/s, 40 left: 16 s
+    assert screen.getvalue() == (
+        "\r\x1b[K[sweep s] t1 lr=0.002 step 10/50, 2.5 step/s, ETA 16 s, reward 0.31"
+    )
+    now[0] = 104.1  # within the redraw interval: not drawn
+    line.step(11, {})
+    assert screen.getvalue().count("\r") == 1
+
+
+def test_a_trial_line_is_silent_on_a_pipe():
+    pipe = io.StringIO()
+    line = TrialLine("[sweep s] t1", 5, stream=pipe, clock=lambda: 0.0)
+    for step in range(6):
+        line.step(step, {"reward/mean": 0.5})
+    assert pipe.getvalue() == ""
+
+
+def frozen(state: TrialState, **attrs) -> FrozenTrial:
+    start = datetime(2026, 11, 26, 23, 0, 0)
+    trial = create_trial(
+        state=state,
+        value=0.4375 if state == TrialState.COMPLETE else None,
+        params={"lr": 0.002, "group_size": 4},
+        distributions={
+            "lr": FloatDistribution(1e-4, 1e-1, log=True),
+            "group_size": IntDistribution(2, 8),
+        },
+        user_attrs=attrs,
+    )
+    trial.number = 3
+    trial.datetime_start, trial.datetime_complete = start, start + timedelta(seconds=21)
+    return trial
+
+
+def test_a_trial_ends_in_one_line_with_its_value_or_why():
+    done = frozen(TrialState.COMPLETE, steps_run=50)
+    assert (
+        end_line("s", done) == "[sweep s] t3 lr=0.002 group_size=4: 0.4375 after 50 steps in 21 s"
+    )
+    breach = {"rule": "eval_collapse", "step": 2, "text": "eval fell"}
+    pruned = frozen(TrialState.PRUNED, steps_run=2, prune_reason=breach)
+    assert end_line("s", pruned).startswith("[sweep s] t3 lr=0.002 group_size=4: pruned at step 2")
+    assert trial_note(pruned) in end_line("s", pruned)
+    failed = frozen(TrialState.FAIL, steps_run=0, fail_reason="RuntimeError: no cuda:99")
+    assert end_line("s", failed).endswith(": failed at step 0 in 21 s: RuntimeError: no cuda:99")
+
+
+def test_a_warning_on_a_terminal_clears_the_live_line_first():
+    record = logging.LogRecord("trainer", logging.WARNING, "", 0, "t0 warning: %s", ("x",), None)
+    inner = logging.Formatter("[%(levelname)s] - %(message)s")
+    assert OverLiveLine(inner).format(record) == "\r\x1b[K[WARNING] - t0 warning: x"

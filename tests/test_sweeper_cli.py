@@ -38,8 +38,9 @@ def outcome(study: optuna.Study) -> dict[tuple, str]:
     return {tuple(sorted(t.params.items())): t.state.name for t in study.trials}
 
 
-# The terminal of each grid_dir sweep (stderr), by directory.
+# The terminal of each grid_dir sweep (stderr, then stdout), by directory.
 GRID_STDERR: dict[Path, str] = {}
+GRID_TERMINAL: dict[Path, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -50,14 +51,28 @@ def grid_dir(tmp_path_factory) -> Path:
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"grid sweep of 4 trials: {time.perf_counter() - started:.1f} s")
     GRID_STDERR[cwd] = result.stderr
+    GRID_TERMINAL[cwd] = result.stderr + result.stdout
     return cwd
 
 
 def test_the_terminal_is_quiet_and_says_nothing_twice(grid_dir):
     """Hydra's launch line (internal trial.* overrides), transformers' loading bar, MLflow's
-    and Optuna's INFO lines stay off the terminal; the end repeats no line."""
+    and Optuna's INFO lines stay off the terminal, and the trainer's INFO lines and progress
+    bar go to each trial's log file; the end repeats no line. From start to verdict the 4
+    trials fit one screen, each trial's end line saying why it was pruned; a pipe gets no
+    carriage-return bar."""
+    terminal = GRID_TERMINAL[grid_dir]
     for chatter in ("Launching 1 jobs", "trial.id=", "Loading weights", "INFO mlflow", "[I "):
-        assert chatter not in GRID_STDERR[grid_dir], chatter
+        assert chatter not in terminal, chatter
+    assert "\r" not in terminal and "Training 3 steps" not in terminal and "grpo:" not in terminal
+    assert len(terminal.splitlines()) <= 40, terminal
+    study = study_in(grid_dir)
+    for t in study.trials:
+        log = next(grid_dir.glob(f"multirun/*/*/t{t.number}/__main__.log")).read_text()
+        assert "Training 3 steps" in log and "grpo:" in log, log[-2000:]
+        (ended,) = [line for line in terminal.splitlines() if f" t{t.number} lr=" in line
+                    and "started" not in line]  # fmt: skip
+        assert trial_note(t) in ended if t.state.name == "PRUNED" else f"{t.value:.4g}" in ended
     lines = GRID_STDERR[grid_dir].splitlines()
     assert sum("4/4 done" in line for line in lines) == 1, GRID_STDERR[grid_dir][-3000:]
     best = [line for line in lines if "new best" in line]
@@ -185,6 +200,9 @@ def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     assert by_device["cpu"].state.name == "COMPLETE"
     failed = by_device["cuda:99"]
     assert failed.state.name == "FAIL" and "\n" not in failed.user_attrs["fail_reason"]
+    ended = f"t{failed.number} model.device=cuda:99: failed at step 0"  # its one end line
+    assert f"{ended} in " in result.stderr and failed.user_attrs["fail_reason"] in result.stderr
+    assert result.stderr.count(failed.user_attrs["fail_reason"]) == 1, result.stderr[-3000:]
     run = mlflow_runs(tmp_path)[f"t{failed.number} model.device=cuda:99"]
     assert run.info.status == "FAILED"
     assert run.data.tags["sweeper.fail_reason"] == failed.user_attrs["fail_reason"]

@@ -1,10 +1,20 @@
-"""What the user watches: a one-line progress after each trial and a final table."""
+"""What the user watches: one line per trial (live on a terminal), a sweep-level progress
+line after each trial, and a final table.
+
+On a terminal a trial's line is redrawn in place with its step, steps/s and ETA, then ends
+as its outcome; on a pipe (CI, a log) it is the start and the end line, no carriage returns.
+The trainer's own INFO lines and progress bar go to the trial's log file
+(`multirun/<date>/<time>/t<n>/__main__.log`); `hydra.verbose=true` shows them here too.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -16,7 +26,8 @@ from analysis.verdict import (
     Verdict,
     interval_cells,
 )
-from records.sweep import StudyAttr, best_trial, is_interrupted
+from records.metrics import REWARD
+from records.sweep import StudyAttr, TrialAttr, best_trial, is_interrupted
 
 
 @dataclass
@@ -71,7 +82,7 @@ def short(params: dict) -> str:
 
 # Loggers whose INFO lines the sweep's own lines replace on the terminal: Hydra's launch line
 # (with the internal trial.* overrides, kept in MLflow and the study), Optuna's "study
-# created", MLflow's store setup, transformers' weight-loading bar. `hydra.verbose=true` keeps them.
+# created", MLflow's store setup. `hydra.verbose=true` keeps them.
 CHATTY = ("hydra._internal.core_plugins.basic_launcher", "optuna", "mlflow")
 
 
@@ -80,13 +91,128 @@ def quiet_third_party(verbose) -> None:
         return
     for name in CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
-    from transformers.utils import logging as transformers_logging  # the trials load it anyway
+
+
+def trial_output_to_log(verbose) -> None:
+    """In a sweep's trial: the trainer's INFO lines and progress bar go to the trial's log
+    file only (Hydra's console handler keeps its warnings); `hydra.verbose=true` keeps all."""
+    if verbose:
+        return
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        ):
+            handler.setLevel(logging.WARNING)
+            if on_terminal(handler.stream):  # a warning takes the place of the live line
+                handler.setFormatter(OverLiveLine(handler.formatter))
+    from transformers.utils import logging as transformers_logging  # the trial loads it anyway
+
+    from trainer.base.progress import bars_to_log
 
     transformers_logging.disable_progress_bar()  # "Loading weights" at every trial's start
+    bars_to_log()
+
+
+class OverLiveLine(logging.Formatter):
+    """A console record on a terminal, written over a trial's live line (cleared first)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\r\x1b[K" + self.inner.format(record)
 
 
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line of the sweep's; on a terminal it takes the place of a trial's live line."""
+    print(f"\r\x1b[K{line}" if on_terminal() else line, file=sys.stderr, flush=True)
+
+
+def on_terminal(stream: TextIO | None = None) -> bool:
+    stream = stream or sys.stderr
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def say_started(study_name: str, number: int, params: dict, live: bool) -> None:
+    """A trial's first line: on a terminal, with its live line to come (`live`: the trial
+    runs in this process, alone), left open for it to redraw."""
+    line = f"[sweep {study_name}] t{number} {short(params)}".rstrip() + " started"
+    if live and on_terminal():
+        print(f"\r{line}", end="", file=sys.stderr, flush=True)
+    else:
+        say(line)
+
+
+def end_line(study_name: str, trial: FrozenTrial) -> str:
+    """A trial's last line: its value, or why it was pruned or failed."""
+    head = f"[sweep {study_name}] t{trial.number} {short(trial.params)}".rstrip()
+    steps = trial.user_attrs.get(TrialAttr.STEPS_RUN)
+    at = f" at step {steps}" if steps is not None else ""
+    took = ""
+    if trial.datetime_start and trial.datetime_complete:
+        took = f" in {(trial.datetime_complete - trial.datetime_start).total_seconds():.0f} s"
+    if trial.state == TrialState.COMPLETE:
+        return f"{head}: {trial.value:.4g} after {steps} steps{took}"
+    if trial.state == TrialState.PRUNED:
+        return f"{head}: pruned{at}{took}: {trial_note(trial)}"
+    if trial.state == TrialState.FAIL:
+        return f"{head}: failed{at}{took}: {trial_note(trial)}"
+    return f"{head}: {trial.state.name.lower()}"
+
+
+_INLINE = False  # this process's sweep runs its trials here, one at a time
+
+
+def trials_run_here() -> None:
+    """Said by the sweep when its launcher runs each trial in its own process, alone: then a
+    trial's line may be live (in a launcher's workers, two trials would fight over one)."""
+    global _INLINE
+    _INLINE = True
+
+
+class TrialLine:
+    """A trial's live line on a terminal: `t1 lr=0.002 step 12/50, 1.9 step/s, ETA 20 s,
+    reward 0.31`, redrawn in place at most every `interval` seconds. Silent on a pipe, and
+    unless the sweep runs its trials in this process (trials_run_here)."""
+
+    def __init__(
+        self,
+        head: str,
+        max_steps: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = 0.2,
+    ) -> None:
+        self.head, self.max_steps, self.clock, self.interval = head, max_steps, clock, interval
+        self.stream = stream or sys.stderr
+        self.live = on_terminal(self.stream) and _INLINE
+        self.first: tuple[int, float] | None = None  # (step, time) when training began
+        self.drawn_at = -float("inf")
+
+    def step(self, step: int, metrics: Mapping[str, float]) -> None:
+        if not self.live:
+            return
+        now = self.clock()
+        if self.first is None:  # step 0 is the baseline eval: the rate counts from here
+            self.first = (step, now)
+            return
+        if now - self.drawn_at < self.interval and step < self.max_steps:
+            return
+        self.drawn_at = now
+        self.stream.write(f"\r\x1b[K{self.text(step, now, metrics)}")
+        self.stream.flush()
+
+    def text(self, step: int, now: float, metrics: Mapping[str, float]) -> str:
+        first_step, first_time = self.first or (step, now)
+        rate = (step - first_step) / (now - first_time) if now > first_time else 0.0
+        parts = [f"step {step}/{self.max_steps}"]
+        if rate > 0:
+            eta = (self.max_steps - step) / rate
+            parts += [f"{rate:.2g} step/s", f"ETA {eta:.0f} s"]
+        if REWARD in metrics:
+            parts.append(f"reward {metrics[REWARD]:.2f}")
+        return f"{self.head} " + ", ".join(parts)
 
 
 def final_table(study: optuna.Study, verdict: Verdict) -> str:

@@ -40,6 +40,7 @@ from records.sweep import (
 )
 from records.tracking import MLflowRun, tracking_client
 from sweeper import optuna_adapter as oa
+from sweeper.results.display import TrialLine, short
 from sweeper.results.runs import close_trial_run, trial_run_name
 from sweeper.sweep.forecaster import Forecaster
 from trainer.backends import train
@@ -117,6 +118,7 @@ class TrialReporter:
         self.warnings: dict[str, str] = {}  # rule -> its first firing's line
         self.forecaster: Forecaster | None = None  # pruner=forecast
         self.record = record  # this seed's record while it trains (None: kept elsewhere)
+        self.line: TrialLine | None = None  # the trial's live line on the sweep's terminal
 
     @property
     def health_rules(self) -> list[HealthRule]:
@@ -154,6 +156,8 @@ class TrialReporter:
         self.run.log_metrics(step, metrics)
         self.last.update(metrics)
         self.steps_run = step
+        if self.line is not None:
+            self.line.step(step, metrics)
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
         value = metrics.get(self.objective)
@@ -253,6 +257,11 @@ def run_trial(cfg: DictConfig) -> float:
         reports_to_optuna=first,
         prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", FORECAST),
         record=started,
+    )
+    seed = f" s{cfg.seed}" if several_seeds else ""
+    reporter.line = TrialLine(
+        f"[sweep {binding.study}] t{binding.number}{seed} {short(trial.params)}".rstrip(),
+        train_cfg.max_steps,
     )
     if attrs[StudyAttr.PRUNER] == FORECAST:
         reporter.forecaster = Forecaster(

@@ -22,9 +22,12 @@ tuned file.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import os
 import sys
+import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -37,7 +40,15 @@ from omegaconf import DictConfig
 
 from analysis.verdict import study_verdict
 from records.database import DatabaseUnreachable
-from records.sweep import State, StudyAttr, Tag, TrialAttr, best_trial, replicates
+from records.sweep import (
+    State,
+    StudyAttr,
+    Tag,
+    TrialAttr,
+    best_trial,
+    is_interrupted,
+    replicates,
+)
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from sweeper.plan.preflight import one_line
@@ -103,9 +114,12 @@ class SweepRunner:
             _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
-        display.quiet_third_party(self.config.hydra.verbose)
+        if self.inline:  # the first trial's imports, while the stores are created
+            _import_in_background(TRIAL_MODULE)
+            display.trials_run_here()
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
+        display.quiet_third_party(self.config.hydra.verbose)
         study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
         with signals_interrupt():
             try:
@@ -148,10 +162,15 @@ class SweepRunner:
 
     # --- the loop ---------------------------------------------------------------------
 
+    @property
+    def inline(self) -> bool:
+        """Jobs run in this process, one at a time (the basic launcher)."""
+        return self.lanes == 1 and type(self.launcher).__name__ == "BasicLauncher"
+
     def _loop(self, study: optuna.Study) -> None:
         pending: deque[Job] = deque()
         running: dict[Future, Job] = {}
-        inline = self.lanes == 1 and type(self.launcher).__name__ == "BasicLauncher"
+        inline = self.inline
         with (
             ThreadPoolExecutor(self.lanes, thread_name_prefix="lane") as pool,
             Heartbeat(study, self._in_flight_ids) as self.heartbeat,
@@ -235,7 +254,7 @@ class SweepRunner:
         flight = InFlight(trial, seeds, config_run, len(carried), dict.fromkeys(carried))
         self.in_flight[trial.number] = flight
         self.heartbeat.beat([oa.trial_id(trial)])  # at once: a trial never beaten is never stale
-        say(f"[sweep {self.name}] t{trial.number} {display.short(trial.params)} started")
+        display.say_started(self.name, trial.number, trial.params, self.inline)
         pending.extend(self._job(flight, s) for s in seeds if s not in carried)
         if flight.seeds_ended:  # every seed carried over: the race goes on from there
             self._settle(study, flight, pending)
@@ -295,6 +314,9 @@ class SweepRunner:
                 return False
         del self.in_flight[flight.trial.number]
         tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
+        told = oa.fresh(study, oa.trial_id(flight.trial))
+        if told.state.is_finished() and not is_interrupted(told):  # else tell said why
+            say(display.end_line(self.name, told))
         self._say_progress(study)
         self._stop_if_nothing_to_gain(study)
         self.tuned.update(study)
@@ -341,6 +363,20 @@ class SweepRunner:
         # Everything is recorded: leave without the interpreter's teardown, which collects
         # the model's garbage and, on a busy host, can outlast a preemption's grace period.
         _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")
+
+
+# What a trial imports (PEFT, transformers, the trainer): seconds of CPU. Creating a fresh
+# MLflow and Optuna store is seconds of waiting on the disk (SQLite's syncs, one per
+# migration), so the basic launcher's first trial imports in a thread meanwhile.
+TRIAL_MODULE = "sweeper.sweep.job"
+
+
+def _import_in_background(module: str) -> None:
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the trial's own import says what went wrong
+            importlib.import_module(module)
+
+    threading.Thread(target=load, name=f"import {module}", daemon=True).start()
 
 
 def _leave(message: str) -> None:

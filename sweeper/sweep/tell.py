@@ -10,7 +10,6 @@ The loop (sweeper/sweep/loop.py) decides when; these say what is recorded.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,8 +41,6 @@ from sweeper.study import recovery, slots
 from sweeper.sweep.flights import InFlight
 from trainer.base.errors import fail_reason
 from trainer.run.health import is_unsafe
-
-log = logging.getLogger(__name__)
 
 STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
 
@@ -135,7 +132,6 @@ def tell_outcome(
                 trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see BREACH_CONSTRAINT
         study.tell(trial, state=TrialState.PRUNED)
     else:
-        log.warning("t%d failed: %s", trial.number, out.reason)
         trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
         study.tell(trial, state=TrialState.FAIL)
     if flight.config_run_id:
