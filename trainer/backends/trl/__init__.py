@@ -13,6 +13,7 @@ process on CPU: `train` calls it here). TRL, transformers and PEFT load only ins
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,6 +122,8 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
 
     for warning in validate(cfg) + validate_trl(cfg):
         log.warning(warning)
+    # TRL's own code calls transformers' deprecated gradient_checkpointing_* names
+    warnings.filterwarnings("ignore", "`gradient_checkpointing_", FutureWarning)
     torch.manual_seed(cfg.seed)
     path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
