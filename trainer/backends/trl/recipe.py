@@ -246,6 +246,8 @@ def recipe_values(recipe: Recipe, explicit: set[str], cfg: DictConfig) -> dict[s
     for name, row in BACK.items():
         if name == "epsilon_high" and g.epsilon_high is None:  # TRL's loss uses epsilon then
             put(row.key, 1 + g.epsilon)
+        elif name == "max_steps" and g.max_steps <= 0:
+            put(row.key, lambda: _by_epochs(g))
         else:
             put(row.key, lambda row=row: row.back(getattr(g, row.field), substeps))
     for row in DEFAULTS:  # TRL's defaults, where ours would otherwise differ
@@ -287,6 +289,15 @@ def _batch(recipe: Recipe, explicit: set[str], cfg: DictConfig, put) -> int:
     put(f"backend.grpo.{MICRO_BATCHING}", k)
     given = _given("num_substeps", explicit)
     return int(cfg.num_substeps) if given else g.steps_per_generation // k
+
+
+def _by_epochs(g) -> None:
+    raise _refuse(
+        "max_steps",
+        g.max_steps,
+        f"a sweep trains a set number of steps, not num_train_epochs={g.num_train_epochs}; "
+        "set max_steps in the recipe, or max_steps=N (steps of ours)",
+    )
 
 
 def _model(recipe: Recipe, put) -> None:
