@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import compose_conf, needs_trl, run_sweep, study_in, sweep_env
+from conftest import compose_conf, needs_trl, run_sweep, study_in, study_uri, sweep_env
 
+from analysis.__main__ import main as analysis_main
 from records.sweep import TrialAttr
 from trainer.backends import validate
 from trainer.backends.trl.recipe import (
@@ -176,7 +177,7 @@ def test_the_recipe_is_recorded_by_path_and_hash(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_trl_recipe_sweeps_reruns_tuned_and_goes_back_to_trl(tmp_path):
+def test_a_trl_recipe_sweeps_reruns_tuned_and_goes_back_to_trl(tmp_path, monkeypatch, capsys):
     """Two learning rates over a `trl grpo` YAML (local tiny model and dataset, a dotted-path
     reward and a built-in one, use_peft): both trials COMPLETE, each run records the recipe's
     path and hash and the values it trained with, a verdict is printed; the tuned rerun keeps
@@ -227,13 +228,9 @@ def test_a_trl_recipe_sweeps_reruns_tuned_and_goes_back_to_trl(tmp_path):
     assert run.data.params["temperature"] == "0.9" and run.data.params["group_size"] == "4"
     assert run.data.params[RECIPE_HASH_PARAM] == sha
 
-    tuned = subprocess.run(
-        [sys.executable, "-m", "analysis", "best", "--trl-recipe",
-         "--storage", f"sqlite:///{tmp_path}/sweeps.db"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert tuned.returncode == 0, tuned.stderr[-3000:]
-    (tmp_path / "tuned_grpo.yaml").write_text(tuned.stdout)
+    monkeypatch.chdir(tmp_path)  # as the sweep's folder, in this process: no more start-up
+    assert analysis_main(["best", "--trl-recipe", "--storage", study_uri(tmp_path)]) == 0
+    (tmp_path / "tuned_grpo.yaml").write_text(capsys.readouterr().out)
     from trl import GRPOConfig, ModelConfig, TrlParser
     from trl.scripts.grpo import GRPOScriptArguments
 

@@ -339,10 +339,6 @@ def validate(cfg: DictConfig) -> list[str]:
     _check_batch(cfg)
     _check_rewards(cfg)
     _check_passed(cfg)
-    if cfg.backend.get("config"):  # its recipe's values are in cfg already (recipe.py)
-        from trainer.backends.trl.recipe import notes
-
-        return notes(cfg)
     return []
 
 
