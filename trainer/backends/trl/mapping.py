@@ -74,6 +74,17 @@ def rollouts_per_update(x: Inputs) -> int:
     return cfg.batch_size * cfg.group_size // (x.substeps * x.k * cfg.backend.processes)
 
 
+def steps_row(key: str, note: str, least: int) -> Row:
+    """A count of steps, the same key on both sides: TRL's in optimizer steps."""
+    return Row(
+        key,
+        key,
+        lambda x: x.cfg[key] * x.substeps,
+        note,
+        back=lambda v, s: in_our_steps(key, v, s, least),
+    )
+
+
 def lr_type(schedule: str) -> str:
     return LR_SCHEDULES[schedule]
 
@@ -97,13 +108,7 @@ TABLE = (
     ),
     Row(MICRO_BATCHING, "(k)", lambda x: x.k, "k, backend.grpo.gradient_accumulation_steps"),
     Row("num_iterations", "num_substeps", lambda x: 1, "one epoch over each batch"),
-    Row(
-        "max_steps",
-        "max_steps",
-        lambda x: x.cfg.max_steps * x.substeps,
-        "x num_substeps",
-        back=lambda v, s: in_our_steps("max_steps", v, s, least=1),
-    ),
+    steps_row("max_steps", "x num_substeps", least=1),
     Row("logging_steps", "num_substeps", lambda x: x.substeps, "one log a step of ours"),
     Row(
         "save_strategy",
@@ -137,12 +142,10 @@ TABLE = (
         lambda x: lr_type(x.cfg.lr_schedule),
         back=lambda v, s: lr_schedule_of(v),
     ),
-    Row(
+    steps_row(
         "warmup_steps",
-        "warmup_steps",
-        lambda x: x.cfg.warmup_steps * x.substeps,
         "x num_substeps (TRL moves lr every optimizer step, ours every step)",
-        back=lambda v, s: in_our_steps("warmup_steps", v, s, least=0),
+        least=0,
     ),
     Row(
         "max_grad_norm",
