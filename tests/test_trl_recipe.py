@@ -28,6 +28,7 @@ from trainer.backends.trl.recipe import (
     with_recipe,
 )
 from trainer.base.errors import ConfigError
+from trainer.env.reward_check import check_task_rewards
 from trainer.sampling.model_source import model_path
 
 pytestmark = needs_trl
@@ -147,6 +148,25 @@ def test_what_the_sweep_cannot_honour_is_refused_in_one_line(tmp_path, fields, n
         validate(resolved(recipe))
     line = str(refused.value)
     assert "\n" not in line and line.startswith(named), line
+
+
+@pytest.mark.parametrize(
+    ("reward", "error"),
+    [
+        ("user_rewards.one_too_few", "returned 3 values for 4 completions"),
+        ("user_rewards.reads_text", "raised"),  # a standard-format reward on messages
+    ],
+)
+def test_a_recipe_reward_that_cannot_score_is_refused_before_any_trial(tmp_path, reward, error):
+    """The preflight's reward check calls the recipe's rewards on two real rows, in TRL's
+    conversational shape: one that raises or returns too few values is refused, naming it."""
+    recipe = write_recipe(tmp_path, reward_funcs=[reward, "think_format_reward"])
+    cfg = resolved(recipe, "+task.reward_timeout=0")  # called here: no worker process to start
+    with pytest.raises(ConfigError) as refused:
+        check_task_rewards(cfg.task, set())
+    line = str(refused.value)
+    name = reward.rsplit(".", 1)[-1]
+    assert "\n" not in line and f"reward {name!r}" in line and error in line, line
 
 
 def test_fields_the_sweep_owns_are_replaced_with_one_line_and_the_objective_named(tmp_path):
