@@ -161,7 +161,7 @@ def test_a_recipe_reward_that_cannot_score_is_refused_before_any_trial(tmp_path,
     """The preflight's reward check calls the recipe's rewards on two real rows, in TRL's
     conversational shape: one that raises or returns too few values is refused, naming it."""
     recipe = write_recipe(tmp_path, reward_funcs=[reward, "think_format_reward"])
-    cfg = resolved(recipe, "+task.reward_timeout=0")  # called here: no worker process to start
+    cfg = resolved(recipe, "task.reward_timeout=0")  # called here: no worker process to start
     with pytest.raises(ConfigError) as refused:
         check_task_rewards(cfg.task, set())
     line = str(refused.value)
