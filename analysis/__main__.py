@@ -60,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("best", help="print the tuned YAML of the best trial")
     b.add_argument("--study", help="study name (default: the only / most recent one)")
     b.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
+    b.add_argument(
+        "--trl-recipe",
+        action="store_true",
+        help="print the trials' `trl grpo` recipe (backend.config) with the tuned values",
+    )
     b.set_defaults(func=cmd_best)
 
     c = sub.add_parser("compare", help="two studies' best configs side by side")
@@ -147,7 +152,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     from analysis.tuned import tuned_yaml
 
     data = load_study(args.storage, args.study, with_mlflow=False)
-    sys.stdout.write(tuned_yaml(data))
+    sys.stdout.write(tuned_yaml(data, trl_recipe=args.trl_recipe))
     return 0
 
 

@@ -17,8 +17,9 @@ from analysis.verdict import study_verdict
 from records.sweep import TrialAttr
 
 
-def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
-    """The YAML text `+tuned=<study>` composes back, for the best completed trial."""
+def tuned_yaml(data: StudyData, cwd: Path | None = None, trl_recipe: bool = False) -> str:
+    """The YAML text `+tuned=<study>` composes back, for the best completed trial; with
+    trl_recipe, its `trl grpo` recipe (backend.config) with the tuned values filled in."""
     from records.tuned_file import tuned_path
 
     best_study = data.study
@@ -26,7 +27,7 @@ def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
     if best is None or best_study is None:
         raise AnalysisError(f"study {data.name!r}: {no_best_message(data)}")
     exported = tuned_path(data.name, cwd)
-    if exported.is_file():
+    if exported.is_file() and not trl_recipe:
         text = exported.read_text()
         if f"best trial: t{best.number}," in text:
             return text
@@ -34,10 +35,10 @@ def tuned_yaml(data: StudyData, cwd: Path | None = None) -> str:
     overrides = trial.user_attrs.get(TrialAttr.OVERRIDES)
     if overrides is None:
         raise AnalysisError(f"t{best.number} has no recorded overrides; cannot rebuild its config")
-    return _render(data, best.number, list(overrides))
+    return _render(data, best.number, list(overrides), trl_recipe)
 
 
-def _render(data: StudyData, number: int, overrides: list[str]) -> str:
+def _render(data: StudyData, number: int, overrides: list[str], trl_recipe: bool) -> str:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -57,4 +58,19 @@ def _render(data: StudyData, number: int, overrides: list[str]) -> str:
     trial = data.study.trials[number]
     verdict = study_verdict(data.study, data.attrs, data.maximize).text
     notes = tuned_notes(data.name, data.storage, trial, data.objective, data.direction, verdict)
+    if trl_recipe:
+        return _recipe(cfg, overrides, notes)
     return render_tuned(cfg, overrides, notes)
+
+
+def _recipe(cfg, overrides: list[str], notes: dict) -> str:
+    from trainer.backends.trl.recipe import tuned_recipe
+    from trainer.base.errors import ConfigError
+
+    if not cfg.backend.get("config"):
+        raise AnalysisError("--trl-recipe: the best trial had no backend.config recipe")
+    try:
+        notes = {**notes, "reuse": "trl grpo --config <this file>"}
+        return tuned_recipe(cfg, overrides, notes)
+    except ConfigError as e:
+        raise AnalysisError(f"--trl-recipe: {e}") from None

@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from sweeper import SweepError
 from sweeper.plan.space import SearchSpace, Value
 from trainer.backends import validate
+from trainer.backends.trl.recipe import with_recipe
 from trainer.base.errors import ConfigError
 from trainer.env.reward_check import check_task_rewards
 
@@ -35,8 +36,9 @@ def check_configurations(config_loader, master_config: DictConfig, space: Search
     count = 0
     for values in configurations_to_check(space):
         overrides = space.overrides(values)
-        cfg = compose(config_loader, master_config, overrides)
+        cfg = compose(config_loader, master_config, overrides, keep_hydra=True)
         try:
+            cfg = trial_config(cfg)
             warnings.update(validate(cfg))
             check_task_rewards(cfg.task, checked)
         except ConfigError as e:
@@ -46,6 +48,15 @@ def check_configurations(config_loader, master_config: DictConfig, space: Search
     for warning in sorted(warnings):
         log.warning(warning)
     return count
+
+
+def trial_config(cfg: DictConfig) -> DictConfig:
+    """What the trial trains with (a `trl grpo` recipe's values filled in: they need the
+    overrides, in the hydra node), the hydra node dropped."""
+    cfg = with_recipe(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
 
 
 def configurations_to_check(space: SearchSpace) -> Iterator[dict[str, Value]]:

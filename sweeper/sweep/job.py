@@ -46,6 +46,7 @@ from sweeper.sweep.forecaster import Forecaster
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
 from trainer.backends.run_params import run_params
+from trainer.backends.trl.recipe import with_recipe
 from trainer.base.errors import RankLost, fail_reason
 from trainer.run.checkpoint import resumable_step
 from trainer.run.health import (
@@ -200,6 +201,7 @@ def run(cfg: DictConfig) -> float:
 
 
 def run_trial(cfg: DictConfig) -> float:
+    cfg = with_recipe(cfg)  # a `trl grpo` recipe's values, where the overrides set none
     binding = cfg.trial
     if binding.db_retry_seconds is not None:
         set_retry_window(binding.db_retry_seconds)

@@ -50,8 +50,9 @@ def validate(cfg: DictConfig) -> list[str]:
     """Every check that runs before a model loads: the common ones (trainer/run/validation.py),
     then the backend's own. Raises ConfigError (one line); returns warnings."""
     from trainer.backends.trl.mapping import validate as validate_trl
+    from trainer.backends.trl.recipe import notes
 
     warnings = validate_common(cfg)
     if cfg.backend.name == "trl":
-        warnings += validate_trl(cfg)
+        warnings += validate_trl(cfg) + notes(cfg)  # notes: a recipe's, if any
     return warnings

@@ -12,6 +12,7 @@ import sys
 from omegaconf import DictConfig
 
 from trainer.backends import validate
+from trainer.backends.trl.recipe import with_recipe
 from trainer.base.errors import ConfigError
 
 log = logging.getLogger("trainer")
@@ -30,6 +31,7 @@ def train_and_log(cfg: DictConfig) -> float:
     Bad settings exit with one line before the MLflow run exists, so they leave nothing.
     """
     try:
+        cfg = with_recipe(cfg)  # a `trl grpo` recipe's values, where the command line set none
         validate(cfg)
     except ConfigError as e:
         sys.exit(f"error: {e}")

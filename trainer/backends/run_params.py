@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from records.metrics import ONEDNN_PARAM
+from trainer.backends.trl.recipe import recipe_params
 
 
 def run_params(cfg: DictConfig) -> dict[str, Any]:
@@ -28,4 +29,5 @@ def run_params(cfg: DictConfig) -> dict[str, Any]:
     }
     if cfg.backend.name == "trl":  # TRL's trainer never computes through oneDNN; ours says
         params[ONEDNN_PARAM] = "off"  # what it chose once its policy loads
+        params.update(recipe_params(cfg))  # the `trl grpo` recipe it started from, if any
     return params

@@ -87,6 +87,9 @@ class BackendConfig:
     # TRL only: GRPOConfig options passed through as they are (backend.grpo.use_vllm=true);
     # one that a key of ours already sets is refused (docs/trl.md, "Our keys onto GRPOConfig").
     grpo: dict[str, Any] = field(default_factory=dict)
+    # TRL only: a `trl grpo --config` YAML the run starts from (its values over our defaults,
+    # the command line's over its; trainer/backends/trl/recipe.py). None: our keys alone.
+    config: str | None = None
 
 
 @dataclass

@@ -5,6 +5,8 @@
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
+  recipe       a `trl grpo --config` YAML as our config (backend.config), and back
+  recipe_task  a recipe's dataset and reward_funcs as our task
 
 `train(cfg, reporter)` is the backend; `train_rank` is what each process of a run runs (one
 process on CPU: `train` calls it here). TRL, transformers and PEFT load only inside them.
@@ -13,6 +15,7 @@ process on CPU: `train` calls it here). TRL, transformers and PEFT load only ins
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,6 +113,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
     from trainer.backends.trl.mapping import validate as validate_trl
+    from trainer.backends.trl.recipe import notes as recipe_notes
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.rewards import use_tokenizer
     from trainer.env.tasks import make_task
@@ -119,8 +123,10 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.run.validation import validate
     from trainer.sampling.model_source import lora_config, model_path
 
-    for warning in validate(cfg) + validate_trl(cfg):
+    for warning in validate(cfg) + validate_trl(cfg) + recipe_notes(cfg):
         log.warning(warning)
+    # TRL's own code calls transformers' deprecated gradient_checkpointing_* names
+    warnings.filterwarnings("ignore", "`gradient_checkpointing_", FutureWarning)
     torch.manual_seed(cfg.seed)
     path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -57,6 +57,14 @@ class Row:
     ours: str  # the keys of ours it is set from ("" for a backend default)
     value: Callable[[Inputs], Any]
     note: str = ""
+    # TRL's value back to our key's (a recipe's value, trainer/backends/trl/recipe.py): given
+    # the field's value and num_substeps. None: not a one-key row, or the sweep owns it.
+    back: Callable[[Any, int], Any] | None = None
+
+    @property
+    def key(self) -> str:
+        """The key of ours that `back` sets: the first of `ours`."""
+        return self.ours.split(", ")[0]
 
 
 def rollouts_per_update(x: Inputs) -> int:
@@ -66,12 +74,23 @@ def rollouts_per_update(x: Inputs) -> int:
     return cfg.batch_size * cfg.group_size // (x.substeps * x.k * cfg.backend.processes)
 
 
+def steps_row(key: str, note: str, least: int) -> Row:
+    """A count of steps, the same key on both sides: TRL's in optimizer steps."""
+    return Row(
+        key,
+        key,
+        lambda x: x.cfg[key] * x.substeps,
+        note,
+        back=lambda v, s: in_our_steps(key, v, s, least),
+    )
+
+
 def lr_type(schedule: str) -> str:
     return LR_SCHEDULES[schedule]
 
 
 TABLE = (
-    Row("num_generations", "group_size", lambda x: x.cfg.group_size),
+    Row("num_generations", "group_size", lambda x: x.cfg.group_size, back=lambda v, s: v),
     Row(
         "per_device_train_batch_size",
         "batch_size, group_size, num_substeps, backend.processes",
@@ -89,7 +108,7 @@ TABLE = (
     ),
     Row(MICRO_BATCHING, "(k)", lambda x: x.k, "k, backend.grpo.gradient_accumulation_steps"),
     Row("num_iterations", "num_substeps", lambda x: 1, "one epoch over each batch"),
-    Row("max_steps", "max_steps", lambda x: x.cfg.max_steps * x.substeps, "x num_substeps"),
+    steps_row("max_steps", "x num_substeps", least=1),
     Row("logging_steps", "num_substeps", lambda x: x.substeps, "one log a step of ours"),
     Row(
         "save_strategy",
@@ -115,48 +134,106 @@ TABLE = (
         "lr, lr_batch_scaling, model.family",
         lambda x: x.lr,
         "lr=auto and sqrt batch scaling resolved as on ours",
+        back=lambda v, s: float(v),
     ),
-    Row("lr_scheduler_type", "lr_schedule", lambda x: lr_type(x.cfg.lr_schedule)),
     Row(
-        "warmup_steps",
-        "warmup_steps",
-        lambda x: x.cfg.warmup_steps * x.substeps,
-        "x num_substeps (TRL moves lr every optimizer step, ours every step)",
+        "lr_scheduler_type",
+        "lr_schedule",
+        lambda x: lr_type(x.cfg.lr_schedule),
+        back=lambda v, s: lr_schedule_of(v),
     ),
-    Row("max_grad_norm", "max_grad_norm", lambda x: x.cfg.max_grad_norm, "0 turns it off in both"),
+    steps_row(
+        "warmup_steps",
+        "x num_substeps (TRL moves lr every optimizer step, ours every step)",
+        least=0,
+    ),
+    Row(
+        "max_grad_norm",
+        "max_grad_norm",
+        lambda x: x.cfg.max_grad_norm,
+        "0 turns it off in both",
+        back=lambda v, s: float(v),
+    ),
     Row("seed", "seed", lambda x: x.cfg.seed),
     Row(
         "loss_type",
         "loss.name",
         lambda x: x.cfg.loss.name,
-        "backend=trl picks dr_grpo: our default importance_sampling has no TRL equivalent",
+        "backend=trl picks dr_grpo (our default importance_sampling has no TRL equivalent): "
+        "its gradient is 1/max_tokens of ours, so max_grad_norm clips it less (measured: "
+        "docs/trl.md, 'Where TRL differs'); a recipe's loss_type (TRL's default: dapo)",
+        back=lambda v, s: str(v),
     ),
-    Row("epsilon", "loss.clip_low", lambda x: 1 - x.cfg.loss.clip_low, "1 - clip_low"),
-    Row("epsilon_high", "loss.clip_high", lambda x: x.cfg.loss.clip_high - 1, "clip_high - 1"),
+    Row(
+        "epsilon",
+        "loss.clip_low",
+        lambda x: 1 - x.cfg.loss.clip_low,
+        "1 - clip_low",
+        back=lambda v, s: 1 - v,
+    ),
+    Row(
+        "epsilon_high",
+        "loss.clip_high",
+        lambda x: x.cfg.loss.clip_high - 1,
+        "clip_high - 1",
+        back=lambda v, s: None if v is None else 1 + v,  # None: TRL's epsilon (recipe.py)
+    ),
     Row(
         "mask_truncated_completions",
         "loss.mask_truncated_completions",
         lambda x: x.cfg.loss.mask_truncated_completions,
+        back=lambda v, s: bool(v),
     ),
-    Row("scale_rewards", "scale_rewards", lambda x: x.cfg.scale_rewards),
-    Row("reward_weights", "task.reward_weights", lambda x: None, "the task's RewardSet weights"),
-    Row("temperature", "temperature", lambda x: x.cfg.temperature),
-    Row("top_p", "top_p", lambda x: x.cfg.top_p),
-    Row("top_k", "top_k", lambda x: x.cfg.top_k, "0 turns it off in both"),
-    Row("min_p", "min_p", lambda x: x.cfg.min_p or None, "0 (ours) is None (TRL): off"),
-    Row("repetition_penalty", "repetition_penalty", lambda x: x.cfg.repetition_penalty),
-    Row("max_completion_length", "max_tokens", lambda x: x.cfg.max_tokens),
+    Row(
+        "scale_rewards",
+        "scale_rewards",
+        lambda x: x.cfg.scale_rewards,
+        back=lambda v, s: {True: "group", False: "none"}.get(v, v),  # as TRL reads a bool
+    ),
+    Row(
+        "reward_weights",
+        "task.reward_weights",
+        lambda x: None,
+        "the task's RewardSet weights",
+        back=lambda v, s: None if v is None else [float(w) for w in v],
+    ),
+    Row("temperature", "temperature", lambda x: x.cfg.temperature, back=lambda v, s: float(v)),
+    Row("top_p", "top_p", lambda x: x.cfg.top_p, back=lambda v, s: float(v)),
+    Row(
+        "top_k", "top_k", lambda x: x.cfg.top_k, "0 turns it off in both", lambda v, s: int(v or 0)
+    ),
+    Row(
+        "min_p",
+        "min_p",
+        lambda x: x.cfg.min_p or None,
+        "0 (ours) is None (TRL): off",
+        lambda v, s: float(v or 0.0),
+    ),
+    Row(
+        "repetition_penalty",
+        "repetition_penalty",
+        lambda x: x.cfg.repetition_penalty,
+        back=lambda v, s: float(v),
+    ),
+    Row(
+        "max_completion_length",
+        "max_tokens",
+        lambda x: x.cfg.max_tokens,
+        back=lambda v, s: int(v),
+    ),
     Row(
         "activation_checkpointing",
         "gradient_checkpointing",
         lambda x: x.cfg.gradient_checkpointing,
         "TRL's default is on; transformers' new name (the old one warns)",
+        back=lambda v, s: bool(v),
     ),
     Row(
         "use_cpu",
         "model.device",
         lambda x: x.cfg.model.device == "cpu" or not cuda_available(),
         "auto: cuda when present",
+        back=lambda v, s: "cpu" if v else "auto",
     ),
 )
 
@@ -176,6 +253,27 @@ DEFAULTS = (
         "every LoRA weight gets a gradient: no extra autograd pass a step (processes > 1)",
     ),
 )
+
+
+def in_our_steps(field: str, value: Any, substeps: int, least: int) -> int:
+    """A count of TRL's optimizer steps as steps of ours (num_substeps of TRL's each)."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ConfigError(f"{field}={value!r}: backend=trl needs a whole number of steps here")
+    if int(value) < least or int(value) % substeps:
+        raise ConfigError(
+            f"{field}={value!r}: backend=trl needs a multiple of num_substeps ({substeps}), "
+            f"at least {least}, to count it in steps of ours"
+        )
+    return int(value) // substeps
+
+
+def lr_schedule_of(scheduler: Any) -> str:
+    """lr_scheduler_type as our lr_schedule (constant: constant_with_warmup from 0 steps)."""
+    name = str(getattr(scheduler, "value", scheduler))
+    ours = {trl: key for key, trl in LR_SCHEDULES.items()} | {"constant": "constant"}
+    if name not in ours:
+        raise ConfigError(f"lr_scheduler_type={name!r}: backend=trl runs one of {sorted(ours)}")
+    return ours[name]
 
 
 def cuda_available() -> bool:
