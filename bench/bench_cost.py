@@ -108,6 +108,7 @@ POLICIES = (
     Policy("median_seeds3", 3, "median"),
     Policy("hyperband", 1, "hyperband"),
     Policy("asha", 1, "asha"),
+    Policy("health_forecast", 1, "forecast", health=True),
     Policy("racing", "auto"),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
@@ -705,6 +706,36 @@ def validate(folder: Path) -> dict:
     }
 
 
+def same_runs(folders: Sequence[Path]) -> list[dict]:
+    """Runs two of the sweeps both trained (the same training params: lr, seed, steps, ...):
+    their metrics at the steps both reached, compared (timings aside). Equal: training is
+    deterministic here, so a recorded run stands for any sweep's run of it."""
+    runs: dict[tuple, list[tuple[str, Curve]]] = {}
+    for folder in folders:
+        study, client = real_sweep(folder)
+        for t in study.get_trials(deepcopy=False):
+            for r in replicates(t):
+                params = client.get_run(r.run_id).data.params
+                key = tuple(sorted((k, v) for k, v in params.items() if k not in RUN_BOUND))
+                name = f"{study.study_name} t{t.number} seed {r.seed}"
+                runs.setdefault(key, []).append((name, logged_curve(client, r.run_id)))
+    out = []
+    for found in runs.values():
+        (first, a), *others = found
+        for name, b in others:
+            diffs = [
+                abs(a[s][k] - b[s][k])
+                for s in set(a) & set(b)
+                for k in set(a[s]) & set(b[s])
+                if not k.startswith(("time/", "throughput/"))
+            ]
+            out.append({"runs": [first, name], "steps": len(set(a) & set(b)), "max": max(diffs)})
+    return out
+
+
+RUN_BOUND = ("output_dir", "experiment", "onednn")  # params naming where a run went, not what
+
+
 MAX_ORDER = 10  # seed positions a replayed real sweep may reach (a KeyError past its runs)
 
 
@@ -721,8 +752,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the truth from these curve files (globs; e.g. the held-out seeds), not from the "
         "runs the sweeps draw",
     )
-    p.add_argument("--values", nargs="+", default=[], help="racing truths (final values only)")
-    p.add_argument("--values-steps", type=int, default=20, help="their max_steps")
+    p.add_argument(
+        "--values",
+        nargs="+",
+        default=[],
+        help="racing truths (final values only) as FILE:MAX_STEPS",
+    )
     p.add_argument("--eval-every", type=int, default=10, help="the sweep's eval cadence")
     p.add_argument("--policies", nargs="+", default=[q.name for q in POLICIES])
     p.add_argument("--repetitions", type=int, default=100)
@@ -737,8 +772,12 @@ def main(argv: list[str] | None = None) -> int:
         checks = [validate(Path(d)) for d in args.validate]
         for c in checks:
             print(f"{c['study']}: {'same' if c['same'] else 'DIFFERENT'} ({c['trial_steps']})")
+        shared = same_runs([Path(d) for d in args.validate])
+        for row in shared:
+            print(f"{row['runs']}: {row['steps']} steps in common, max |difference| {row['max']}")
         path = RESULTS / (args.out or "cost_validation.json")
-        path.write_text(json.dumps({"machine": machine(), "sweeps": checks}, indent=1) + "\n")
+        body = {"machine": machine(), "sweeps": checks, "same_run_in_two_sweeps": shared}
+        path.write_text(json.dumps(body, indent=1) + "\n")
         print(f"wrote {path}")
         return 0 if all(c["same"] for c in checks) else 1
     chosen = [q for q in POLICIES if q.name in args.policies]
@@ -749,7 +788,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.curves and not paths:
         p.error(f"--curves {' '.join(args.curves)}: no file matches")
     pools = list(load_curves(paths, args.part, args.max_steps, args.objective).values())
-    pools += [load_values(v, args.values_steps) for v in args.values]
+    for v in args.values:
+        path, _, steps = v.rpartition(":")
+        if not path or not steps.isdigit():
+            p.error(f"--values {v}: must be FILE:MAX_STEPS (e.g. racing_racing-truth-20.json:20)")
+        pools.append(load_values(path, int(steps)))
     truth_paths = [f for pattern in args.truth for f in sorted(glob.glob(pattern))]
     truths = load_curves(truth_paths, "all", args.max_steps, args.objective)
     results = {"machine": machine(), "eval_every": args.eval_every, "policies": {}, "pools": {}}
