@@ -102,6 +102,7 @@ class Policy:
 
 POLICIES = (
     Policy("fixed1", 1),
+    Policy("fixed2", 2),
     Policy("fixed3", 3),
     Policy("fixed5", 5),
     Policy("median", 1, "median"),
@@ -110,6 +111,7 @@ POLICIES = (
     Policy("asha", 1, "asha"),
     Policy("health_forecast", 1, "forecast", health=True),
     Policy("racing", "auto"),
+    Policy("racing_max3", "auto", max_seeds=3),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
 )
@@ -602,6 +604,53 @@ def over_truths(per_pool: dict[str, dict]) -> dict:
     return out
 
 
+def tables(results: dict) -> list[str]:
+    """The results as COST.md's markdown tables: per pool, then over truths."""
+    lines = []
+
+    def rate(x: list[float]) -> str:
+        return f"{x[0]:.3f} [{x[1]:.3f}, {x[2]:.3f}]"
+
+    def diff(x: list[float] | None, digits: int = 3) -> str:
+        return "-" if x is None else f"{x[0]:+.{digits}f} [{x[1]:+.{digits}f}, {x[2]:+.{digits}f}]"
+
+    for name, pool in results["pools"].items():
+        lines += [
+            f"{name} ({len(pool['truth'])} configurations, seeds {pool['seeds']}, "
+            f"best {pool['truth_best']}, {pool['replays']} replays):",
+            "",
+            f"| policy | trial-steps (share of {BASELINE}) | right | strict | regret | "
+            f"right - {BASELINE} | regret - {BASELINE} | I | II | best stopped |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p, s in pool["summary"].items():
+            share = s.get(f"steps_share_of_{BASELINE}")
+            lines.append(
+                f"| {p} | {s['trial_steps'][0]:.1f} ({'-' if share is None else f'{share:.2f}'}) "
+                f"| {rate(s['right'])} | {rate(s['strict'])} | "
+                f"{s['regret'][0]:.4f} [{s['regret'][1]:.4f}, {s['regret'][2]:.4f}] | "
+                f"{diff(s.get(f'right_minus_{BASELINE}'))} | "
+                f"{diff(s.get(f'regret_minus_{BASELINE}'), 4)} | {s['type1']} | {s['type2']} | "
+                f"{s['best_stopped']:.3f} |"
+            )
+        lines.append("")
+    lines += [
+        f"Over truths (mean [95% t interval] over the pools' figures; share of {BASELINE}'s "
+        "trial-steps):",
+        "",
+        f"| policy | truths | right | strict | regret | share of {BASELINE} |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p, row in results["over_truths"].items():
+        share = row.get(f"steps_share_of_{BASELINE}")
+        lines.append(
+            f"| {p} | {row['truths']} | {rate(row['right'])} | {rate(row['strict'])} | "
+            f"{row['regret'][0]:.4f} [{row['regret'][1]:.4f}, {row['regret'][2]:.4f}] | "
+            f"{'-' if share is None else rate(share)} |"
+        )
+    return lines
+
+
 # --- validation: the simulation against a real sweep -----------------------------------
 
 SKIPPED_METRICS = ("forecast/", "warning/")  # what the job logs about itself, not training
@@ -765,7 +814,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="file name under bench/results (default: cost_<name>.json)")
     p.add_argument("--name", default="curves")
     p.add_argument("--validate", nargs="+", help="real sweeps' folders (sweeps.db, mlflow.db)")
+    p.add_argument("--table", help="print a results JSON's tables as markdown, and stop")
     args = p.parse_args(argv)
+    if args.table:
+        print("\n".join(tables(json.loads(Path(args.table).read_text()))))
+        return 0
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     memoized_forecasts()
     if args.validate:
