@@ -131,6 +131,22 @@ class Pool:
     # pairs one-seed configurations over problems with it (else on the eval stderrs)
     per_problem: dict[str, dict[int, tuple[float, ...]]] = field(default_factory=dict)
     eval_size: int | None = None  # the truth's stderr where the objective's is not logged
+    _steps: dict = field(default_factory=dict, repr=False)
+
+    def steps(
+        self, config: str, seed: int, eval_every: int, read: frozenset[str]
+    ) -> list[tuple[int, dict]]:
+        """job_steps of a run with only the metrics something reads (`read`, and every eval
+        metric), kept: every replay hands the same run the same steps. The health monitor
+        decides on its rules' metrics and guard metrics alone (trainer/run/health.py), and
+        remembering the ~25 others at every step was half of the bench's time."""
+        key = (config, seed, eval_every, read)
+        if key not in self._steps:
+            self._steps[key] = [
+                (step, {k: v for k, v in m.items() if k in read or k.startswith("eval/")})
+                for step, m in job_steps(self.runs[config][seed], eval_every)
+            ]
+        return self._steps[key]
 
     @property
     def seeds(self) -> list[int]:
@@ -232,8 +248,9 @@ class Run:
 
     def log_metrics(self, step: int, values: Mapping[str, float]) -> None:
         for key, value in values.items():
-            point = Logged.Point(step, float(value))
-            self.client.metrics.setdefault((self.run_id, key), []).append(point)
+            if key.startswith("eval/"):  # all the Forecaster reads back (the rest: time)
+                point = Logged.Point(step, float(value))
+                self.client.metrics.setdefault((self.run_id, key), []).append(point)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         pass  # the warning tags: the record's warnings carry the same lines
@@ -301,6 +318,12 @@ class Sweep:
         }
         for key, value in attrs.items():
             study.set_user_attr(key, value)
+        watched = rules_from_settings(rules, TrainConfig.kl_threshold)
+        self.read = frozenset(
+            {pool.objective, stderr_of(pool.objective)}
+            | {r.metric for r in watched}
+            | {r.guard_metric for r in watched}
+        )
         for c in queue:  # the grid's slots, queued in this order
             study.enqueue_trial({}, user_attrs={CONFIG: c})
         self.study = study
@@ -368,7 +391,7 @@ class Sweep:
             )
         error = None
         try:
-            for step, metrics in job_steps(self.pool.runs[config][seed], self.eval_every):
+            for step, metrics in self.pool.steps(config, seed, self.eval_every, self.read):
                 reporter.report(step, metrics)
             if reporter.steps_run < self.pool.max_steps:
                 raise FloatingPointError(f"the recorded run blew up at step {reporter.steps_run}")
@@ -529,12 +552,13 @@ def mean_interval(xs: Sequence[float]) -> list[float]:
     return [i.estimate, i.low, i.high]
 
 
-def over(xs: Sequence[float]) -> list[float]:
-    """mean and its 95% t interval over a few truths (the mean alone for one)."""
+def over(xs: Sequence[float], rate: bool = False) -> list[float]:
+    """mean and its 95% t interval over a few truths (the mean alone for one); a rate's
+    clipped to [0, 1]."""
     if len(xs) < 2:
         return [xs[0]] * 3
     i = stats.t_interval(list(xs))
-    return [i.estimate, i.low, i.high]
+    return [i.estimate, max(i.low, 0.0), min(i.high, 1.0)] if rate else [i.estimate, i.low, i.high]
 
 
 def summary(rows: list[dict], names: Sequence[str]) -> dict:
@@ -594,7 +618,7 @@ def over_truths(per_pool: dict[str, dict]) -> dict:
         here = [s[name] for s in per_pool.values() if name in s]
         row = {"truths": len(here)}
         for key in ("right", "strict", "regret"):
-            row[key] = over([h[key][0] for h in here])
+            row[key] = over([h[key][0] for h in here], rate=key != "regret")
         shares = [
             h[f"steps_share_of_{BASELINE}"] for h in here if f"steps_share_of_{BASELINE}" in h
         ]

@@ -105,6 +105,7 @@ def test_figures_over_truths_and_the_bar_of_issue_49():
     assert bc.over([0.5]) == [0.5, 0.5, 0.5]
     mean, low, high = bc.over([1.0, 2.0, 3.0])  # se 0.577, t(0.975, 2) 4.303
     assert mean == 2.0 and high - mean == pytest.approx(4.303 * 1 / math.sqrt(3), abs=1e-3)
+    assert bc.over([0.9, 1.0, 1.0], rate=True)[2] == 1.0  # a rate's interval stops at 1
     s = {
         "steps_share_of_fixed3": 0.2,
         "regret_minus_fixed3": [0.0, -0.01, 0.01],
