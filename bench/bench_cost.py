@@ -494,7 +494,12 @@ def outcome(study: optuna.Study) -> dict:
         "trial_steps": sum(r.steps_run for t in trials for r in replicates(t)),
         "pick": pick,
         "tied": [label[x] for x in v.tied_with_best],
-        "decided": [label[s.label] for s in v.ranked[1:] if s.label not in v.tied_with_best],
+        # A difference with no interval (no eval stderr logged) is unknown, not decided.
+        "decided": [
+            label[s.label]
+            for s in v.ranked[1:]
+            if s.label not in v.tied_with_best and s.interval.known and v.best.interval.known
+        ],
         "seeds": {label[f"t{t.number}"]: len(replicates(t)) for t in trials},
         "states": {label[f"t{t.number}"]: t.state.name for t in trials},
     }

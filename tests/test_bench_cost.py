@@ -192,3 +192,14 @@ def test_load_curves_groups_files_by_task_cuts_them_and_reads_the_heldout_metric
     assert only.objective == "eval/reward/exact_match" and only.eval_size == 400
     with pytest.raises(SystemExit, match="--max-steps=3: must be an eval step"):
         bc.load_curves(files, "all", 3, None)
+
+
+def test_a_one_seed_verdict_without_an_eval_stderr_decides_nothing():
+    """An objective with no stderr logged (a reward part) gives one-seed intervals that are
+    unknown: the verdict calls no difference decided (nor tied), so no type-I error counts."""
+    bare = {s: {EVAL_REWARD: v} for s, v in ((0, 0.3), (2, 0.5), (4, 0.5))}
+    worse = {s: {EVAL_REWARD: v} for s, v in ((0, 0.3), (2, 0.2), (4, 0.2))}
+    p = bc.Pool("hand", 4, {"a": {0: bare}, "b": {0: worse}})
+    got = bc.outcome(bc.Sweep(p, bc.Policy("fixed1", 1), ["a", "b"], [0], "s", 2).run())
+    assert got["pick"] == "a" and got["decided"] == [] and got["tied"] == []
+    assert got["trial_steps"] == 2 * 4
