@@ -594,6 +594,11 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
                 s[f"{key}_minus_{BASELINE}"] = paired(
                     [float(g[key]) for g in got], [float(b[key]) for b in base]
                 )
+        if "fixed1" in rows[0]:  # where the pool has too few seeds for fixed3: against one seed
+            for key in ("right", "strict", "regret"):
+                s[f"{key}_minus_fixed1"] = paired(
+                    [float(g[key]) for g in got], [float(r["fixed1"][key]) for r in rows]
+                )
         out[name] = s
     return out
 
@@ -644,22 +649,24 @@ def tables(results: dict) -> list[str]:
         return "-" if x is None else f"{x[0]:+.{digits}f} [{x[1]:+.{digits}f}, {x[2]:+.{digits}f}]"
 
     for name, pool in results["pools"].items():
+        grid = 3 * len(pool["truth"]) * pool["max_steps"]  # a seeds=3 grid prunes nothing
+        vs = BASELINE if BASELINE in pool["summary"] else "fixed1"
         lines += [
             f"{name} ({len(pool['truth'])} configurations, seeds {pool['seeds']}, "
             f"best {pool['truth_best']}, {pool['replays']} replays):",
             "",
-            f"| policy | trial-steps (share of {BASELINE}) | right | strict | regret | "
-            f"right - {BASELINE} | regret - {BASELINE} | I | II | best stopped |",
+            f"| policy | trial-steps (share of a seeds=3 grid's {grid}) | right | strict | "
+            f"regret | strict - {vs} | regret - {vs} | I | II | best stopped |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p, s in pool["summary"].items():
-            share = s.get(f"steps_share_of_{BASELINE}")
+            share = s["trial_steps"][0] / grid
             lines.append(
-                f"| {p} | {s['trial_steps'][0]:.1f} ({'-' if share is None else f'{share:.2f}'}) "
+                f"| {p} | {s['trial_steps'][0]:.1f} ({share:.3f}) "
                 f"| {rate(s['right'])} | {rate(s['strict'])} | "
                 f"{s['regret'][0]:.4f} [{s['regret'][1]:.4f}, {s['regret'][2]:.4f}] | "
-                f"{diff(s.get(f'right_minus_{BASELINE}'))} | "
-                f"{diff(s.get(f'regret_minus_{BASELINE}'), 4)} | {s['type1']} | {s['type2']} | "
+                f"{diff(s.get(f'strict_minus_{vs}'))} | "
+                f"{diff(s.get(f'regret_minus_{vs}'), 4)} | {s['type1']} | {s['type2']} | "
                 f"{s['best_stopped']:.3f} |"
             )
         lines.append("")
