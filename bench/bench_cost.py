@@ -62,12 +62,11 @@ from analysis.verdict import sweep_verdict
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
 from sweeper.sweep import racing
-from sweeper.sweep.forecaster import Forecaster
-from sweeper.sweep.job import TrialPruned, TrialReporter, ended_replicate, make_pruner
+from sweeper.sweep.job import TrialPruned, ended_replicate, make_pruner, trial_reporter
 from sweeper.sweep.tell import combine
 from trainer.base.config import TrainConfig
 from trainer.rl.rl_math import mean_and_stderr
-from trainer.run.health import HealthMonitor, default_rules, rules_from_settings
+from trainer.run.health import default_rules, rules_from_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIG = "bench_config"  # the trial's user attr naming its configuration (the pool's label)
@@ -374,21 +373,7 @@ class Sweep:
         started = Replicate(seed, State.RUNNING, None, None, 0, None, "", run.run_id)
         trial.set_user_attr(replicate_key(seed), started.as_attr())
         first = flight.seeds.index(pos) == 0
-        reporter = TrialReporter(
-            run,
-            trial,
-            attrs[StudyAttr.OBJECTIVE],
-            HealthMonitor(
-                rules_from_settings(attrs[StudyAttr.HEALTH_RULES], attrs[StudyAttr.KL_THRESHOLD])
-            ),
-            reports_to_optuna=first,
-            prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", "forecast"),
-            record=started,
-        )
-        if attrs[StudyAttr.PRUNER] == "forecast":
-            reporter.forecaster = Forecaster(
-                trial, self.pool.max_steps, attrs[StudyAttr.FORECAST_LEVEL], True, seed
-            )
+        reporter = trial_reporter(run, trial, attrs, started, first, self.pool.max_steps, seed)
         error = None
         try:
             for step, metrics in self.pool.steps(config, seed, self.eval_every, self.read):
