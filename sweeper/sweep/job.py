@@ -249,30 +249,12 @@ def run_trial(cfg: DictConfig) -> float:
     train_cfg = training_config(cfg)
     run.log_training_config(train_cfg, run_params(train_cfg))
     first = binding.replicate == 0
-    reporter = TrialReporter(
-        run,
-        trial,
-        attrs[StudyAttr.OBJECTIVE],
-        HealthMonitor(
-            rules_from_settings(attrs[StudyAttr.HEALTH_RULES], attrs[StudyAttr.KL_THRESHOLD])
-        ),
-        reports_to_optuna=first,
-        prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", FORECAST),
-        record=started,
-    )
+    reporter = trial_reporter(run, trial, attrs, started, first, train_cfg.max_steps, cfg.seed)
     seed = f" s{cfg.seed}" if several_seeds else ""
     reporter.line = TrialLine(
         f"[sweep {binding.study}] t{binding.number}{seed} {short(trial.params)}".rstrip(),
         train_cfg.max_steps,
     )
-    if attrs[StudyAttr.PRUNER] == FORECAST:
-        reporter.forecaster = Forecaster(
-            trial,
-            train_cfg.max_steps,
-            attrs[StudyAttr.FORECAST_LEVEL],
-            attrs[StudyAttr.DIRECTION] == "maximize",
-            cfg.seed,
-        )
     error: BaseException | None = None
     result = None
     try:
@@ -292,6 +274,40 @@ def run_trial(cfg: DictConfig) -> float:
             trial.set_user_attr(replicate_key(cfg.seed), replicate.as_attr())
             interrupted = isinstance(error, KeyboardInterrupt)
             close_trial_run(run.run_id, replicate.state, replicate.reason, interrupted, client)
+
+
+def trial_reporter(
+    run: Any,
+    trial: optuna.Trial,
+    attrs: Mapping[str, Any],
+    record: Replicate,
+    first: bool,
+    max_steps: int,
+    seed: int,
+) -> TrialReporter:
+    """One seed's reporter, from the study's attrs: its health rules, the objective pruner on
+    the first seed only (Optuna keeps one curve a trial), the forecaster with pruner=forecast.
+    bench/bench_cost.py replays recorded runs through it."""
+    reporter = TrialReporter(
+        run,
+        trial,
+        attrs[StudyAttr.OBJECTIVE],
+        HealthMonitor(
+            rules_from_settings(attrs[StudyAttr.HEALTH_RULES], attrs[StudyAttr.KL_THRESHOLD])
+        ),
+        reports_to_optuna=first,
+        prune_on_objective=first and attrs[StudyAttr.PRUNER] not in ("none", FORECAST),
+        record=record,
+    )
+    if attrs[StudyAttr.PRUNER] == FORECAST:
+        reporter.forecaster = Forecaster(
+            trial,
+            max_steps,
+            attrs[StudyAttr.FORECAST_LEVEL],
+            attrs[StudyAttr.DIRECTION] == "maximize",
+            seed,
+        )
+    return reporter
 
 
 def objective_value(reporter: TrialReporter) -> float:

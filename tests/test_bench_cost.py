@@ -1,0 +1,205 @@
+"""bench/bench_cost.py on hand-computed numbers: what a job is handed at an eval cadence, the
+truth's values, the score of a verdict, the figures over truths and the bar of issue 49, and
+whole simulated sweeps on hand-made pools (the steps they spend and what they decide)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import forecast
+from records.metrics import EVAL_REWARD, stderr_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_cost as bc  # noqa: E402  (bench/ is scripts, not a package)
+
+SE = stderr_of(EVAL_REWARD)
+
+
+def evals(value: float, se: float = 0.02) -> dict[str, float]:
+    return {EVAL_REWARD: value, SE: se}
+
+
+def train(kl: float = 0.001) -> dict[str, float]:
+    """A healthy training step's metrics (what the default health rules read)."""
+    return {"loss": 0.0, "grad_norm": 0.5, "kl_pre_post_v2": kl, "kl_sample_train_v2": 0.0}
+
+
+def flat(value: float, steps: int = 4, every: int = 2) -> bc.Curve:
+    """A curve evaluated every `every` steps at `value` from the baseline on."""
+    curve = {0: evals(value)}
+    for s in range(1, steps + 1):
+        curve[s] = {**train(), **(evals(value) if s % every == 0 else {})}
+    return curve
+
+
+def test_a_job_is_handed_the_evals_of_its_cadence_only():
+    curve = flat(0.3, steps=6)
+    got = dict(bc.job_steps(curve, 4))
+    assert sorted(got) == [0, 1, 2, 3, 4, 5, 6]
+    assert EVAL_REWARD in got[0] and EVAL_REWARD in got[4]
+    assert EVAL_REWARD not in got[2]  # recorded, but a sweep at eval_every=4 never evaluated it
+    assert EVAL_REWARD in got[6]  # the last step is always evaluated
+    assert got[2]["loss"] == 0.0  # the training metrics stay
+
+
+def test_the_truth_counts_a_run_that_blew_up_as_zero_and_fills_a_binomial_stderr():
+    broken = flat(0.3, steps=2)
+    del broken[2]
+    pool = bc.Pool("p", 2, {"a": {0: flat(0.3, 2), 1: broken}}, "eval/reward/exact_match")
+    pool.runs["a"][0][2] = {"eval/reward/exact_match": 0.3}
+    pool.eval_size = 100
+    value, se = pool.final("a", 0)
+    assert value == 0.3 and se == pytest.approx(math.sqrt(0.3 * 0.7 / 100))  # 0.0458
+    assert pool.final("a", 1) == (0.0, None)
+
+
+def test_the_seeds_of_a_pool_are_those_every_configuration_has():
+    pool = bc.Pool("p", 2, {"a": {0: {}, 1: {}, 2: {}}, "b": {0: {}, 2: {}}})
+    assert pool.seeds == [0, 2]
+
+
+def truth() -> bc.Truth:
+    """a 0.30 and b 0.29 tied (gap 0.01 < 2 x hypot(0.01, 0.01)); c 0.10 apart from both;
+    minimal difference 0.02 (the stderrs)."""
+    return bc.Truth(
+        {
+            "a": [(0.29, 0.02), (0.31, 0.02)],
+            "b": [(0.28, 0.02), (0.30, 0.02)],
+            "c": [(0.09, 0.02), (0.11, 0.02)],
+        }
+    )
+
+
+def out(pick, tied=(), decided=(), states=None) -> dict:
+    return {
+        "pick": pick,
+        "tied": list(tied),
+        "decided": list(decided),
+        "states": states or {"a": "COMPLETE"},
+    }
+
+
+def test_a_verdict_is_scored_against_the_truth():
+    t = truth()
+    assert t.best == "a" and frozenset("ab") in t.ties and t.min_difference == 0.02
+    named = bc.scored(t, out("a", decided="bc"))
+    assert named["strict"] and named["right"] and named["type1"] == 1  # a over b, a true tie
+    tie_called = bc.scored(t, out("b", tied="a", decided="c"))
+    assert not tie_called["strict"] and tie_called["right"] and tie_called["within_ties"]
+    assert tie_called["regret"] == pytest.approx(0.01) and tie_called["type1"] == 0
+    tie_missed = bc.scored(t, out("b", decided="ac"))  # b over a: wrong, a true tie decided
+    assert not tie_missed["right"] and tie_missed["within_ties"] and tie_missed["type1"] == 1
+    wrong = bc.scored(t, out("c", tied="ab", states={"a": "PRUNED"}))
+    assert not wrong["within_ties"] and wrong["regret"] == pytest.approx(0.20)
+    assert wrong["type2"] == 2 and wrong["best_stopped"]  # gaps 0.20, 0.19 > 0.02
+    nothing = bc.scored(t, out(None))
+    assert nothing["regret"] == pytest.approx(0.20)  # no pick: the worst configuration's
+
+
+def test_figures_over_truths_and_the_bar_of_issue_49():
+    assert bc.over([0.5]) == [0.5, 0.5, 0.5]
+    mean, low, high = bc.over([1.0, 2.0, 3.0])  # se 0.577, t(0.975, 2) 4.303
+    assert mean == 2.0 and high - mean == pytest.approx(4.303 * 1 / math.sqrt(3), abs=1e-3)
+    assert bc.over([0.9, 1.0, 1.0], rate=True)[2] == 1.0  # a rate's interval stops at 1
+    s = {
+        "steps_share_of_fixed3": 0.2,
+        "regret_minus_fixed3": [0.0, -0.01, 0.01],
+        "right_minus_fixed3": [0.01, -0.02, 0.04],
+    }
+    assert bc.qualifies(s)["qualifies"]
+    assert not bc.qualifies({**s, "steps_share_of_fixed3": 0.26})["qualifies"]
+    assert not bc.qualifies({**s, "regret_minus_fixed3": [0.001, 0.0, 0.002]})["qualifies"]
+
+
+def test_the_memoized_forecast_is_the_forecast(monkeypatch):
+    monkeypatch.setattr(forecast, "forecast", forecast.forecast)  # put back after the test
+    steps, values, ses = [0, 10, 20], [0.3, 0.25, 0.2], [0.02, 0.02, None]
+    plain = forecast.forecast(steps, values, ses, 50, 0.75)
+    flat_only = forecast.forecast(steps, values, ses, 50, 0.75, models=("flat",))
+    bc.memoized_forecasts()
+    assert forecast.forecast(steps, values, ses, 50, 0.75) == plain
+    assert forecast.forecast(steps, values, ses, 50, 0.75) == plain  # from the cache
+    assert forecast.forecast(steps, values, ses, 50, 0.75, models=("flat",)) == flat_only
+
+
+def pool(**configs: list[bc.Curve]) -> bc.Pool:
+    return bc.Pool("hand", 4, {c: dict(enumerate(runs)) for c, runs in configs.items()})
+
+
+def test_a_fixed_grid_spends_every_step_and_names_the_best():
+    p = pool(a=[flat(0.5), flat(0.52)], b=[flat(0.2), flat(0.21)])
+    done = bc.Sweep(p, bc.Policy("fixed2", 2), ["b", "a"], [0, 1], "s", 2).run()
+    got = bc.outcome(done)
+    assert got["trial_steps"] == 2 * 2 * 4 and got["pick"] == "a"
+    assert got["seeds"] == {"a": 2, "b": 2} and got["decided"] == ["b"]
+
+
+def test_health_prunes_a_collapse_at_its_eval_step_and_stops_its_configuration():
+    collapsed = flat(0.3)
+    collapsed[2] = {**train(), **evals(0.05)}  # 0.25 below its baseline: eval_collapse
+    p = pool(a=[flat(0.3), flat(0.3)], b=[collapsed, flat(0.3)])
+    policy = bc.Policy("fixed2+health", 2, health=True)
+    got = bc.outcome(bc.Sweep(p, policy, ["a", "b"], [0, 1], "s", 2).run())
+    assert got["states"] == {"a": "COMPLETE", "b": "PRUNED"}
+    assert got["seeds"]["b"] == 1  # its second seed never starts
+    assert got["trial_steps"] == 2 * 4 + 2 and got["pick"] == "a"
+
+
+def test_the_forecast_stops_a_configuration_that_cannot_reach_the_incumbent():
+    sinking = {0: evals(0.3)}
+    for s, v in zip(range(1, 9), (0.2, 0.2, 0.1, 0.1, 0.05, 0.05, 0.0, 0.0), strict=True):
+        sinking[s] = {**train(), **(evals(v) if s % 2 == 0 else {})}
+    good = {s: {**m, **({EVAL_REWARD: 0.6} if EVAL_REWARD in m and s else {})} for s, m in
+            flat(0.3, steps=8).items()}  # fmt: skip
+    p = bc.Pool("hand", 8, {"good": {0: good}, "sinking": {0: sinking}})
+    policy = bc.Policy("forecast", 1, "forecast")
+    got = bc.outcome(bc.Sweep(p, policy, ["good", "sinking"], [0], "s", 2).run())
+    assert got["states"] == {"good": "COMPLETE", "sinking": "PRUNED"}
+    # from 3 eval points (steps 0, 2, 4): 0.3, 0.1, 0.1 cannot reach 0.6 by step 8
+    assert got["trial_steps"] == 8 + 4
+
+
+def test_load_curves_groups_files_by_task_cuts_them_and_reads_the_heldout_metric(tmp_path):
+    for task, lr, seed in [("addition", 1e-3, 0), ("addition", 2e-3, 0), ("length", 1e-3, 1)]:
+        steps = {str(s): {"eval/reward/exact_match": 0.3, "loss": "nan"} for s in range(0, 5, 2)}
+        data = {
+            "run": f"tiny-{task}-lr{lr:g}-seed{seed}",
+            "model": "tiny",
+            "task": task,
+            "lr": lr,
+            "seed": seed,
+            "part": "calibration" if seed % 2 == 0 else "heldout",
+            "heldout_metric": "eval/reward/exact_match",
+            "eval_size": 400,
+            "eval_every": 2,
+            "overrides": [f"task={task}", "max_steps=4"],
+            "steps": steps,
+        }
+        (tmp_path / f"{task}-{lr}-{seed}.json").write_text(json.dumps(data))
+    files = [str(p) for p in tmp_path.iterdir()]
+    pools = bc.load_curves(files, "calibration", 2, None)
+    assert list(pools) == ["tiny-addition-4steps-cut2"]
+    (only,) = pools.values()
+    assert sorted(only.runs) == ["lr=0.001", "lr=0.002"] and only.max_steps == 2
+    assert sorted(only.runs["lr=0.001"][0]) == [0, 2] and math.isnan(
+        only.runs["lr=0.001"][0][0]["loss"]
+    )
+    assert only.objective == "eval/reward/exact_match" and only.eval_size == 400
+    with pytest.raises(SystemExit, match="--max-steps=3: must be an eval step"):
+        bc.load_curves(files, "all", 3, None)
+
+
+def test_a_one_seed_verdict_without_an_eval_stderr_decides_nothing():
+    """An objective with no stderr logged (a reward part) gives one-seed intervals that are
+    unknown: the verdict calls no difference decided (nor tied), so no type-I error counts."""
+    bare = {s: {EVAL_REWARD: v} for s, v in ((0, 0.3), (2, 0.5), (4, 0.5))}
+    worse = {s: {EVAL_REWARD: v} for s, v in ((0, 0.3), (2, 0.2), (4, 0.2))}
+    p = bc.Pool("hand", 4, {"a": {0: bare}, "b": {0: worse}})
+    got = bc.outcome(bc.Sweep(p, bc.Policy("fixed1", 1), ["a", "b"], [0], "s", 2).run())
+    assert got["pick"] == "a" and got["decided"] == [] and got["tied"] == []
+    assert got["trial_steps"] == 2 * 4
