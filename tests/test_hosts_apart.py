@@ -157,7 +157,7 @@ def check_the_sweep(server, hosts, workers: list[Worker], reference: Worker) -> 
     assert on_skewed and lost not in on_skewed
     ahead = clock_ahead(storage, trials)
     # (A trial's end comes after its last beat, by as long as its tell takes under load.)
-    assert all(SKEW_S - 30 < ahead[n] for n in on_skewed), ahead
+    assert all(ahead[n] > SKEW_S - 30 for n in on_skewed), ahead
     assert all(-5 < s < 60 for n, s in ahead.items() if n not in on_skewed), ahead
 
     # Point by point, the same as the sweep that met no fault: resume is bit-identical.
