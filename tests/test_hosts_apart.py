@@ -44,7 +44,7 @@ POINTS = 4
 TRAINING = ["max_steps=12", "save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=10"]
 SWEEP += ["hydra.sweeper.db_retry_seconds=120"]
-TIMEOUT_S = 600
+TIMEOUT_S = 1200  # a bound for a failing run: a loaded 2-core host takes minutes to start
 
 
 def until(condition, what: str, workers: list, timeout: float = TIMEOUT_S) -> None:
