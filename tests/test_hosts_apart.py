@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 from net_hosts import SERVER_KEEPALIVES, faketime_missing, hosts_apart, skewed, unavailable
 from net_hosts import url_from as host_url
 from pg_server import started_server
@@ -31,7 +32,8 @@ from point_records import (
     trials_of,
 )
 
-from records.sweep import TrialAttr
+from records.metrics import REWARD
+from records.sweep import Tag, TrialAttr
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -129,10 +131,12 @@ def check_the_sweep(server, hosts, workers: list[Worker], reference: Worker) -> 
     storage, tracking = server.database("optuna"), server.database("mlflow")
     everyone = [*workers, reference]
 
-    # The cut: once host CUT's trial trains, its link drops every packet.
+    # The cut: once host CUT's trial has saved its first checkpoint (step 3; step 4 is
+    # logged after it), its link drops every packet.
     cut_off = workers[CUT]
     until(lambda: "] - Training " in cut_off.text(), "host 1 never trained", everyone)
     (lost,) = cut_off.started()
+    until(lambda: steps_logged(tracking, lost) >= 4, "host 1 never got to step 4", everyone)
     hosts.cut(CUT)
     try:
         # Healed once another host runs the point again (its trial was taken over).
@@ -172,3 +176,17 @@ def check_the_sweep(server, hosts, workers: list[Worker], reference: Worker) -> 
 def retried(storage: str, lost: int) -> bool:
     """Another worker runs (or ran) the lost trial's point again."""
     return any(t.user_attrs.get(TrialAttr.RETRY_OF) == lost for t in trials_of(storage))
+
+
+def steps_logged(tracking: str, trial_number: int) -> int:
+    """The last step the trial's training run logged (-1 before the first)."""
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name("grpo")
+    if experiment is None:
+        return -1
+    runs = client.search_runs(
+        [experiment.experiment_id], f"tags.`{Tag.TRIAL_NUMBER}` = '{trial_number}'"
+    )
+    history = [m.step for r in runs for m in client.get_metric_history(r.info.run_id, REWARD)]
+    time.sleep(0.4)  # polled: not oftener than this
+    return max(history, default=-1)
