@@ -23,7 +23,11 @@ NOT_TRAINING = ("time/", "throughput/")  # metric prefixes a host's speed sets
 
 
 def trials_of(storage: str) -> list[optuna.trial.FrozenTrial]:
-    (name,) = optuna.get_all_study_names(storage)
+    """The study's trials; none before a worker has created it."""
+    names = optuna.get_all_study_names(storage)
+    if not names:
+        return []
+    (name,) = names
     return optuna.load_study(study_name=name, storage=storage).trials
 
 
