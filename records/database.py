@@ -12,6 +12,7 @@ unreachable in one line.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -353,6 +354,16 @@ RETURNING token"""
 _RELEASE = f"DELETE FROM {LEASE_TABLE} WHERE name = :name AND owner = :owner"
 
 
+_FENCE = f"""SELECT 1 FROM {LEASE_TABLE}
+WHERE name = :name AND owner = :owner AND token = :token FOR SHARE"""
+
+
+class LeaseLost(DatabaseUnreachable):
+    """A write under a lease that another process has taken over since (this holder's
+    session was seen ended: a partition, a restart): refused, and the worker leaves as it
+    does when the database is gone; its trials go back through their heartbeats."""
+
+
 class _Lease:
     """One lease held by this process: its own session, renewed by a thread until let go."""
 
@@ -414,6 +425,19 @@ class _Lease:
                         "%s: renewing the %s lease: %s", self.store, self.name, first_line(e)
                     )
 
+    def check(self, session: Any) -> None:
+        """Inside a store's transaction about to commit a write: the lease is still this
+        holder's, with the token it took (FOR SHARE: a takeover waits for this commit)."""
+        import sqlalchemy
+
+        params = {"name": self.name, "owner": self.owner, "token": self.token}
+        if session.execute(sqlalchemy.text(_FENCE), params).first() is None:
+            raise LeaseLost(
+                f"{self.store}: the {self.name} lease (token {self.token}) was taken over by "
+                "another process while this one held it (its session was seen ended); "
+                "this write is refused"
+            )
+
     def release(self) -> None:
         self.done.set()
         with contextlib.suppress(Exception):  # gone: it expires, or its session is seen ended
@@ -429,10 +453,59 @@ def lease(url: str, name: str, store: str, window_s: float | None = None) -> Ite
     Taking it is retried as `retried(..., window_s)` is; see the rules above."""
     held = _Lease(url, name, store)
     token = held.take(window_s)
+    fenced = _held.set((*_held.get(), held))
     try:
         yield token
     finally:
+        _held.reset(fenced)
         held.release()
+
+
+# --- fencing: a write under a lease is refused once the lease was taken over ------------
+# A holder cut off from the server (a partition, a pause) while another takes its lease over
+# may wake and write: each commit that writes, made on the database of a lease this thread
+# holds, first checks in its own transaction that the lease still carries this holder's
+# token. Threads (the heartbeat's) start without the leases of the thread that made them.
+_held: contextvars.ContextVar[tuple[_Lease, ...]] = contextvars.ContextVar("leases", default=())
+
+
+def fence_writes(sessions: Any) -> None:
+    """Fence every commit of `sessions` (a SQLAlchemy sessionmaker or scoped_session): one
+    that writes while this thread holds a lease on the same database raises LeaseLost, its
+    writes rolled back, when another process has taken that lease over."""
+    from sqlalchemy import event
+
+    def wrote(session: Any, *_: Any) -> None:
+        session.info["wrote"] = True
+
+    def statement(state: Any) -> None:  # an upsert Optuna runs as a statement, not a flush
+        if state.is_insert or state.is_update or state.is_delete:
+            wrote(state.session)
+
+    def check(session: Any) -> None:
+        writes = session.info.pop("wrote", False) or session.new or session.dirty
+        if not (writes or session.deleted):
+            return
+        for held in _held.get():
+            if _same_database(held.url, session.get_bind().url):
+                held.check(session)
+
+    event.listen(sessions, "after_flush", wrote)
+    event.listen(sessions, "do_orm_execute", statement)
+    event.listen(sessions, "before_commit", check)
+    event.listen(sessions, "after_rollback", lambda session: session.info.pop("wrote", None))
+
+
+def _same_database(a: Any, b: Any) -> bool:
+    import sqlalchemy
+
+    a, b = sqlalchemy.make_url(a), sqlalchemy.make_url(b)
+    return (scheme(str(a)), a.host, a.port, a.database) == (
+        scheme(str(b)),
+        b.host,
+        b.port,
+        b.database,
+    )
 
 
 @contextlib.contextmanager

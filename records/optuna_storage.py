@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from records.database import (
     DatabaseUnreachable,
     created_despite_others,
+    fence_writes,
     lease,
     retried,
     retrying,
@@ -52,6 +53,11 @@ class ResilientRDBStorage(RDBStorage):
     def __init__(self, url: str, *args: Any, store: str | None = None, **kwargs: Any) -> None:
         self.store = store or f"the Optuna storage {shown_url(url)!r}"
         super().__init__(url, *args, **kwargs)
+        fence_writes(self.scoped_session)  # a write under a lease taken over is refused
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:  # a copy sent to another process
+        super().__setstate__(state)
+        fence_writes(self.scoped_session)
 
     def _create_new_trial(
         self, study_id: int, template_trial: FrozenTrial | None = None

@@ -61,7 +61,11 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def started_server() -> Iterator[PostgresServer]:
+def started_server(
+    listen: tuple[str, ...] = ("127.0.0.1",), trusted: str = "", settings: tuple[str, ...] = ()
+) -> Iterator[PostgresServer]:
+    """listen: addresses it listens on; trusted: a network whose clients it lets in beside
+    127.0.0.1 (tests/net_hosts.py's links); settings: more `name=value` server settings."""
     bindirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
     if not bindirs:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
@@ -72,14 +76,16 @@ def started_server() -> Iterator[PostgresServer]:
     if as_user:
         shutil.chown(data, "postgres")
     port = free_port()
-    options = (
-        f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    )
+    options = f"-p {port} -k {data} -c listen_addresses={','.join(listen)} -c fsync=off"
+    options += "".join(f" -c {setting}" for setting in ("max_connections=200", *settings))
     subprocess.run(
         [*as_user, f"{bindir}/initdb", "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
         check=True,
         capture_output=True,
     )
+    if trusted:
+        with open(f"{data}/pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {trusted} trust\n")
     control = [*as_user, f"{bindir}/pg_ctl", "-D", data, "-o", options, "-l", f"{data}/log", "-w"]
     server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}", control)
     server.pg_ctl("start")

@@ -62,8 +62,11 @@ class Heartbeat:
                     RDBStorage.record_heartbeat(storage, trial_id)
                     note_if_slow(started)
                 pause = self.interval
-            except SQLAlchemyError:  # a busy (sqlite locked) or lost database: beat again in
-                # a second, not an interval later, so busy moments never add up to the grace period
+            # A busy (sqlite locked) or lost database: beat again in a second, not an interval
+            # later, so busy moments never add up to the grace period. A link lost at the
+            # commit reaches here as Optuna's StorageInternalError; uncaught, it ended the
+            # thread and every later trial of this worker looked dead (a cut link, healed).
+            except (SQLAlchemyError, optuna.exceptions.StorageInternalError):
                 note_store_failure()
                 pause = min(BEAT_RETRY_S, self.interval)
 

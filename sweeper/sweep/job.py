@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -209,7 +210,10 @@ def run_trial(cfg: DictConfig) -> float:
     trial = optuna.Trial(study, binding.id)
     attrs = study.user_attrs
     several_seeds = attrs.get(StudyAttr.SEEDS, 1) > 1
-    client = tracking_client(attrs[StudyAttr.MLFLOW_TRACKING_URI])
+    # Each host reaches the tracking store at its own address: this process's
+    # MLFLOW_TRACKING_URI when set, else the one the study's creator recorded.
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or attrs[StudyAttr.MLFLOW_TRACKING_URI]
+    client = tracking_client(uri)
     resumed_from = _resumed_from(cfg)
     earlier = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(cfg.seed), {})
     if earlier.get("run_id"):  # checkpoint or not: one run per point, one unbroken curve
