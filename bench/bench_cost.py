@@ -302,7 +302,9 @@ class Sweep:
             study_name=name, direction="maximize", pruner=pruner(policy)
         )  # the study's name places Hyperband's brackets (crc32 of name and trial number)
         rules = (
-            [r.as_dict() for r in default_rules(TrainConfig.kl_threshold)] if policy.health else []
+            [r.as_dict() for r in default_rules(TrainConfig.kl_threshold, pool.objective)]
+            if policy.health
+            else []
         )
         attrs = {
             StudyAttr.OBJECTIVE: pool.objective,
@@ -701,7 +703,8 @@ def logged_curve(client: Any, run_id: str) -> Curve:
 def policy_of(attrs: Mapping[str, Any]) -> Policy:
     """The policy a real study ran (its settings as the study recorded them)."""
     rules = attrs[StudyAttr.HEALTH_RULES]
-    defaults = [r.as_dict() for r in default_rules(attrs[StudyAttr.KL_THRESHOLD])]
+    kl, objective = attrs[StudyAttr.KL_THRESHOLD], attrs[StudyAttr.OBJECTIVE]
+    defaults = [r.as_dict() for r in default_rules(kl, objective)]
     if rules not in ([], defaults):
         raise ValueError("health rules other than the defaults or none: not a bench policy")
     race = StudyAttr.MAX_SEEDS in attrs
