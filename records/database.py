@@ -475,15 +475,17 @@ def fence_writes(sessions: Any) -> None:
     writes rolled back, when another process has taken that lease over."""
     from sqlalchemy import event
 
+    key = "grpo_sweeper.fenced_write"  # its own key: other listeners may keep a "wrote"
+
     def wrote(session: Any, *_: Any) -> None:
-        session.info["wrote"] = True
+        session.info[key] = True
 
     def statement(state: Any) -> None:  # an upsert Optuna runs as a statement, not a flush
         if state.is_insert or state.is_update or state.is_delete:
             wrote(state.session)
 
     def check(session: Any) -> None:
-        writes = session.info.pop("wrote", False) or session.new or session.dirty
+        writes = session.info.pop(key, False) or session.new or session.dirty
         if not (writes or session.deleted):
             return
         for held in _held.get():
@@ -493,7 +495,7 @@ def fence_writes(sessions: Any) -> None:
     event.listen(sessions, "after_flush", wrote)
     event.listen(sessions, "do_orm_execute", statement)
     event.listen(sessions, "before_commit", check)
-    event.listen(sessions, "after_rollback", lambda session: session.info.pop("wrote", None))
+    event.listen(sessions, "after_rollback", lambda session: session.info.pop(key, None))
 
 
 def _same_database(a: Any, b: Any) -> bool:
