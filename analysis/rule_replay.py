@@ -99,7 +99,7 @@ def labelled(run: Run) -> Label | None:
     if not run.complete:
         return None
     held = [
-        Point(s, m[run.heldout_metric], _eval_stderr(run, m))
+        Point(s, m[run.heldout_metric], eval_stderr(run, m))
         for s, m in sorted(run.steps.items())
         if is_finite_number(m.get(run.heldout_metric))
     ]
@@ -111,7 +111,8 @@ def labelled(run: Run) -> Label | None:
     return label(held, train) if len(held) >= 2 else None
 
 
-def _eval_stderr(run: Run, m: Mapping[str, float]) -> float:
+def eval_stderr(run: Run, m: Mapping[str, float]) -> float:
+    """The held-out metric's logged standard error, else binomial over eval_size."""
     logged = m.get(names.stderr_of(run.heldout_metric))
     if is_finite_number(logged):
         return logged

@@ -30,7 +30,6 @@ from pathlib import Path
 import optuna
 
 from analysis import forecast
-from records.metrics import stderr_of
 
 EVAL = "eval/reward/mean"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,25 +54,18 @@ def eval_curves(path: Path, eval_size: int) -> dict[str, list[tuple[int, float, 
 def library_sweeps(folder: Path, part: str | None, every: int) -> dict[str, dict]:
     """The recorded-curve library (bench/record_curves.py) as sweeps: one a (model, task,
     seed), its runs the lrs, each its held-out metric's evals at a multiple of `every`."""
-    from analysis.rule_replay import at_cadence, load_library
+    from analysis.rule_replay import at_cadence, eval_stderr, load_library
 
     sweeps: dict[str, dict] = {}
     for run in load_library([folder], part):
         model_task, lr, seed = run.run.rsplit("-", 2)
         points = [
-            (s, m[run.heldout_metric], _stderr(m, run.heldout_metric, run.eval_size or 400))
+            (s, m[run.heldout_metric], eval_stderr(run, m))
             for s, m in sorted(at_cadence(run.steps, every).items())
             if isinstance(m.get(run.heldout_metric), int | float)
         ]
         sweeps.setdefault(f"{model_task}-{seed}", {})[lr] = points
     return sweeps
-
-
-def _stderr(m: dict, metric: str, eval_size: int) -> float:
-    """Logged beside a mean (`stderr_of`), else binomial over eval_size (a 0/1 reward part)."""
-    p = m[metric]
-    logged = m.get(stderr_of(metric)) if metric.endswith("/mean") else None
-    return logged or math.sqrt(max(p * (1 - p), 0.0) / eval_size)
 
 
 def replay(curves, order, arm: str, level: float) -> dict[str, int]:
