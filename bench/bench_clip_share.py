@@ -2,11 +2,13 @@
 gradient norm (before clipping) exceeds it, per seed, and its mean and spread over seeds.
 
     python bench/bench_clip_share.py [--seeds 0 1 2] [--steps 10] [--lr 2e-3] [--note TEXT]
+    python bench/bench_clip_share.py --model <SmolLM2 dir> --task arithmetic --lr 1e-3
 
 Each backend at its own default loss (ours: importance_sampling, tokens summed; backend=trl:
-dr_grpo, tokens summed / max_tokens), the tiny model, the same batch and seeds, trained in this
-process (`trainer.train` with a recorder), evals off. Runs alternate backends seed by seed so
-load drift on a shared host hits both alike. Results: bench/results/clip_share.json.
+TRL's default dapo, a token mean), the same model, batch and seeds, trained in this process
+(`trainer.train` with a recorder), evals off. Runs alternate backends seed by seed so load
+drift on a shared host hits both alike. Results: bench/results/clip_share.json (the tiny
+model) or clip_share_<model directory's name>.json.
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ class Norms:
             self.by_step[step] = float(metrics[GRAD_NORM])
 
 
-def one_run(backend: str, seed: int, steps: int, lr: float, out: Path) -> list[float]:
+def one_run(backend: str, seed: int, args: argparse.Namespace) -> list[float]:
     overrides = [
-        f"backend={backend}", f"seed={seed}", f"max_steps={steps}", f"lr={lr}", "eval_every=0",
-        "batch_size=8", "group_size=4", f"output_dir={out}/{backend}-{seed}",
+        f"backend={backend}", f"seed={seed}", f"max_steps={args.steps}", f"lr={args.lr}",
+        "eval_every=0", "batch_size=8", "group_size=4", f"task={args.task}",
+        f"output_dir={args.out}/{backend}-{seed}",
     ]  # fmt: skip
+    if args.model:
+        overrides += ["model=hf", f"model.path={args.model}"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
@@ -62,13 +67,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--note", default="")
+    parser.add_argument("--model", type=Path, default=None, help="a model directory (tiny if none)")
+    parser.add_argument("--task", default="addition")
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_clip_share"))
     args = parser.parse_args()
     bound = 1.0  # max_grad_norm's default on both backends
     runs: dict[str, list[dict]] = {"ours": [], "trl": []}
     for seed in args.seeds:
         for backend in runs:
-            norms = one_run(backend, seed, args.steps, args.lr, args.out)
+            norms = one_run(backend, seed, args)
             runs[backend].append(
                 {"seed": seed, "grad_norms": norms, "share_clipped": share_clipped(norms, bound)}
             )
@@ -84,12 +91,18 @@ def main() -> None:
         }
     result = {
         "machine": machine(args.note),
-        "settings": {**vars(args), "out": None, "max_grad_norm": bound},  # no machine path
+        "settings": {
+            **vars(args),
+            "out": None,  # no machine path
+            "model": args.model.name if args.model else "tiny",
+            "max_grad_norm": bound,
+        },
         "summary": summary,
         "runs": runs,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "clip_share.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = f"clip_share_{args.model.name}.json" if args.model else "clip_share.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
 

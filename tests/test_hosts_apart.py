@@ -134,7 +134,7 @@ def check_the_sweep(server, hosts, workers: list[Worker], reference: Worker) -> 
     # The cut: once host CUT's trial has saved its first checkpoint (step 3; step 4 is
     # logged after it), its link drops every packet.
     cut_off = workers[CUT]
-    until(lambda: "] - Training " in cut_off.text(), "host 1 never trained", everyone)
+    until(lambda: cut_off.started(), "host 1 never started a trial", everyone)
     (lost,) = cut_off.started()
     until(lambda: steps_logged(tracking, lost) >= 4, "host 1 never got to step 4", everyone)
     hosts.cut(CUT)

@@ -115,7 +115,9 @@ def test_an_unknown_trl_option_is_refused_with_the_closest_name():
 
 def test_a_bare_trl_backend_validates():
     cfg = compose_conf("backend=trl")
-    assert cfg.loss.name == "dr_grpo"  # the nearest TRL-native default to ours
+    assert cfg.loss.name == "dapo"  # TRL's own default loss_type
+    assert (cfg.loss.clip_low, cfg.loss.clip_high) == (0.8, 1.2)  # TRL's epsilon, both sides
+    assert not cfg.loss.mask_truncated_completions  # TRL's default, not DAPO's recipe
     assert validate(cfg) == []
 
 
@@ -156,7 +158,7 @@ def test_trl_gets_our_rendered_prompt_ids(smollm2):
 
 SMALL = ["backend=trl", "batch_size=8", "group_size=4", "max_steps=5", "eval_every=0"]
 SMALL += ["task.eval_size=32"]
-# On the tiny model TRL's dr_grpo at lr=3e-2 moves the policy too far from step 1 on
+# On the tiny model TRL's default loss at lr=3e-2 moves the policy too far from step 1 on
 # (kl_pre_post_v2 ~4-20, as ours: bench/HEALTH.md); lr=1e-3 stays far under 0.1.
 LOW, COLLAPSING = 1e-3, 3e-2
 

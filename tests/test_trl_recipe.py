@@ -94,7 +94,7 @@ def test_the_recipe_beats_our_defaults_and_the_command_line_beats_the_recipe(tmp
     assert cfg.group_size == 2  # the command line's, over the recipe's 4
     assert (cfg.batch_size, cfg.num_substeps, cfg.max_steps) == (8 * 2 // 4, 2, 3)
     assert cfg.backend.grpo.beta == 0.04 and cfg.backend.grpo.weight_decay == 0.1
-    assert cfg.loss.name == "dapo"  # TRL's default loss, not backend=trl's dr_grpo
+    assert cfg.loss.name == "dapo"  # the recipe's (TRL's default)
     assert cfg.loss.clip_low == pytest.approx(0.8) and cfg.loss.clip_high == pytest.approx(1.2)
     assert cfg.gradient_checkpointing is True  # TRL's default
     assert (cfg.lora_rank, cfg.lora_alpha) == (4, 32)  # lora_alpha: ModelConfig's default

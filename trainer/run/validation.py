@@ -181,7 +181,9 @@ def _check_kl_and_loss(cfg: DictConfig, warnings: list[str]) -> None:
     low, high = cfg.loss.clip_low, cfg.loss.clip_high
     _require(0 < low <= 1, "loss.clip_low", low, "must be in (0, 1]")
     _require(high >= 1, "loss.clip_high", high, "must be >= 1")
-    if name == "dapo":
+    # On backend=trl, loss.name is TRL's loss_type, whose default is dapo with TRL's own
+    # epsilon (conf/loss/trl_default.yaml): DAPO's recipe is advice for ours only.
+    if name == "dapo" and cfg.backend.name == "ours":
         for key, recommended in loss_preset("dapo").items():
             value = cfg.loss[key.split(".")[1]]
             if value != recommended:

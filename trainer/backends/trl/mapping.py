@@ -159,9 +159,10 @@ TABLE = (
         "loss_type",
         "loss.name",
         lambda x: x.cfg.loss.name,
-        "backend=trl picks dr_grpo (our default importance_sampling has no TRL equivalent): "
-        "its gradient is 1/max_tokens of ours, so max_grad_norm clips it less (measured: "
-        "docs/trl.md, 'Where TRL differs'); a recipe's loss_type (TRL's default: dapo)",
+        "backend=trl trains with TRL's default, dapo (token mean; our default "
+        "importance_sampling has no TRL equivalent): its gradient is about 1/length of ours, so "
+        "max_grad_norm clips it less (measured: docs/trl.md, 'One lr, two gradient scales'); "
+        "a recipe's loss_type",
         back=lambda v, s: str(v),
     ),
     Row(
