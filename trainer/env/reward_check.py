@@ -78,6 +78,8 @@ def _check_trl(name: str, fn: TrlStyleReward, problems: list) -> None:
         values = list(fn.fn(**trl_kwargs(rows, completions, [[] for _ in calls])))
     except RewardError as e:  # named by the worker process
         raise _refuse(name, rows[0], completions[0], _reason(name, e)) from None
+    except ConfigError:  # a setting that names itself (a reward model that does not load)
+        raise
     except Exception as e:
         raise _refuse(
             name, rows[0], completions[0], f"raised {type(e).__name__}: {_first(e)}"

@@ -161,7 +161,11 @@ def bound(rewards, timeout: float) -> None:
     """Call a RewardSet's rewards that may hang in a worker process, `timeout` seconds a call."""
     from trainer.env.rewards import TrlStyleReward, may_hang
 
-    bounded = {name: entry for name, entry in rewards.entries.items() if may_hang(entry)}
+    bounded = {
+        name: entry
+        for (name, entry), fn in zip(rewards.entries.items(), rewards.fns, strict=True)
+        if may_hang(entry, fn)
+    }
     if timeout <= 0 or not bounded:
         return
     rewards.worker = RewardWorker(bounded, timeout)

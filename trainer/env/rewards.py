@@ -18,7 +18,9 @@ A user's own function is a `{_target_: module.function}` entry; `{_target_: modu
 style: trl}` is one written for TRL, fn(prompts=, completions=, completion_ids=, **columns) ->
 list[float | None], called with what TRL would pass it for the task's data (`trl_kwargs`:
 message lists for a conversational dataset, the row's other columns as keyword lists) on
-either backend. `RewardSet` holds the chosen
+either backend. A `_target_` that is a class is built once with the entry's other keys: a
+reward model, `{_target_: trainer.env.reward_model.RewardModel, path: DIR}`, is one (TRL-style,
+scored in process). `RewardSet` holds the chosen
 ones with their weights; the total is the weighted sum, and each reward is logged beside it
 as `reward/<name>` (records/metrics.py).
 
@@ -227,8 +229,12 @@ def use_tokenizer(task, tokenizer) -> None:
             fn.tokenizer = tokenizer
 
 
-def may_hang(entry: Any) -> bool:
-    """A user's function or math_verify: bounded by the timeout in a worker process."""
+def may_hang(entry: Any, fn: Any = None) -> bool:
+    """A user's function or math_verify: bounded by the timeout in a worker process; not an
+    object that runs in process (a reward model: a forward cannot hang, and a worker restarted
+    after a timeout would load it again)."""
+    if getattr(getattr(fn, "fn", fn), "in_process", False):
+        return False
     return entry == "math_verify" or isinstance(entry, Mapping)
 
 
@@ -259,11 +265,37 @@ def resolve(entry: Any) -> tuple[str, RewardFn]:
                 f"task.rewards: cannot import _target_={target!r} "
                 f"({type(cause).__name__}: {first_line(cause)})"
             ) from None
-        return str(entry.get("name") or target.rsplit(".", 1)[-1]), fn
+        if isinstance(fn, type):  # a class (a reward model): built once with the entry's keys
+            fn = _build(target, fn, entry)
+        default = getattr(fn, "__name__", None) or target.rsplit(".", 1)[-1]
+        return str(entry.get("name") or default), fn
     raise ConfigError(
         f"task.rewards: {entry!r} is neither a reward name ({sorted(REWARDS)}) "
         "nor {_target_: module.function}"
     )
+
+
+ENTRY_KEYS = ("_target_", "name", "style")  # an entry's keys that are not a class's arguments
+
+
+def _build(target: str, cls: type, entry: Mapping) -> Any:
+    """A `_target_` class's instance, its other keys as keyword arguments."""
+    kwargs = {k: v for k, v in entry.items() if k not in ENTRY_KEYS}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(
+            f"task.rewards: cannot build _target_={target!r} with {kwargs} "
+            f"({type(e).__name__}: {first_line(e)})"
+        ) from None
+
+
+def trl_style(entry: Any, fn: Any) -> bool:
+    """An entry with `style: trl`, or an object that says it takes TRL's lists (a reward
+    model: trainer/env/reward_model.py)."""
+    return is_trl_style(entry) or getattr(fn, "style", None) == STYLE_TRL
 
 
 class RewardSet:
@@ -275,7 +307,7 @@ class RewardSet:
         resolved = [resolve(entry) for entry in rewards]
         self.names = [name for name, _ in resolved]
         self.fns = [
-            TrlStyleReward(fn) if is_trl_style(entry) else fn
+            TrlStyleReward(fn) if trl_style(entry, fn) else fn
             for (_, fn), entry in zip(resolved, rewards, strict=True)
         ]
         self.entries = dict(zip(self.names, rewards, strict=True))

@@ -149,6 +149,8 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
         peft_config=lora,
         prompt_ids=data.prompt_ids,
     )
+    if data.reward_names:  # ours: TRL names a reward model by its directory, not its entry
+        trainer.reward_func_names = list(data.reward_names)
     main = trainer.accelerator.is_main_process
     # the newest checkpoint that reads and fits (each newer one refused in a line), else step 0
     checkpoint = newest_usable(cfg.output_dir, trainer, warn=main) if cfg.resume else None

@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from trainer.env.prompts import PromptRenderer, prompt_key
+from trainer.env.reward_model import RewardModel
 from trainer.env.reward_worker import ChildReward
 from trainer.env.rewards import (
     RewardError,
@@ -64,6 +65,7 @@ class TrainingData:
     reward_funcs: list[Callable]
     reward_weights: list[float]
     timeouts: TimeoutCount | None = None  # None: no reward runs under a time limit
+    reward_names: list[str] | None = None  # TRL's reward_func_names (a model's: its dir's name)
 
 
 def training_data(
@@ -86,11 +88,26 @@ def training_data(
     count = None if rewards.worker is None else TimeoutCount()
     funcs = []
     for name, fn in zip(rewards.names, rewards.fns, strict=True):
-        if isinstance(fn, TrlStyleReward):
+        if isinstance(fn, TrlStyleReward) and isinstance(fn.fn, RewardModel):
+            funcs.append(trl_reward_model(fn.fn))
+        elif isinstance(fn, TrlStyleReward):
             funcs.append(_checked_trl(name, fn.fn, count))
         else:
             funcs.append(_ours(name, fn, task, problems, eos_ids, count))
-    return TrainingData(rows, prompt_ids, funcs, list(rewards.weights), count)
+    return TrainingData(rows, prompt_ids, funcs, list(rewards.weights), count, rewards.names)
+
+
+def trl_reward_model(reward: RewardModel) -> str:
+    """A reward model as `trl grpo` hands it to GRPOTrainer: its directory, which TRL loads on
+    the trainer's device (each rank's, prepared by accelerate) and scores in its own batched
+    forward. RewardModel makes the same texts, padding and forward (tests/test_reward_model.py
+    checks it against TRL's `_calculate_rewards`), so the objective, our evaluator calling
+    RewardModel, reads the reward TRL trains on; handing TRL our CPU copy instead would score
+    every training batch on the CPU. TRL loads it float32 (no model_init_kwargs: backend=trl
+    trains float32, as `trl grpo` loads it with the recipe's dtype), as RewardModel does; its
+    chat template gets GRPOConfig's chat_template_kwargs, which mapping.validate checks are
+    RewardModel's."""
+    return reward.path
 
 
 def _plain(prompt: Any) -> Any:

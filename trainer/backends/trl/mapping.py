@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from trainer.base.errors import ConfigError
+from trainer.env.reward_model import TARGET as REWARD_MODEL
 from trainer.env.rewards import STYLE_TRL, is_trl_style
 from trainer.run.lr import LR_SCHEDULES
 
@@ -377,6 +378,21 @@ def _check_rewards(cfg: DictConfig) -> None:
         style = entry.get("style") if OmegaConf.is_dict(entry) else None
         if style not in (None, STYLE_TRL):
             raise ConfigError(f"task.rewards: style={style!r}: must be {STYLE_TRL!r} or left out")
+        if OmegaConf.is_dict(entry) and entry.get("_target_") == REWARD_MODEL:
+            _same_template_kwargs(entry, cfg.backend.grpo)
+
+
+def _same_template_kwargs(entry: DictConfig, grpo: DictConfig) -> None:
+    """TRL templates a reward model's text with GRPOConfig's chat_template_kwargs (data.py
+    hands TRL the model), our evaluator with the entry's: the objective needs them equal."""
+    trl = _as_dict(grpo.get("chat_template_kwargs"))
+    ours = _as_dict(entry.get("chat_template_kwargs"))
+    if trl != ours:
+        raise ConfigError(
+            f"backend.grpo.chat_template_kwargs={trl}: TRL applies them to the reward model "
+            f"{entry.get('path')!r}, our evaluator {ours} (its task.rewards entry); give both "
+            "the same"
+        )
 
 
 # Keys of a dict option that TRL lets override a field the table sets: GRPOConfig documents

@@ -334,25 +334,19 @@ def _lora_targets(given: list[str] | None, model_dir: str) -> list[str]:
 
 
 def _task(recipe: Recipe, cfg: DictConfig) -> dict[str, Any]:
-    from trainer.backends.trl.recipe_task import BUILT_IN_REWARDS, RecipeTask
+    from trainer.backends.trl.recipe_task import BUILT_IN_REWARDS, RecipeTask, reward_model_entries
 
     s = recipe.script
     if recipe.mixture.datasets:
         raise _refuse("datasets", "...", "dataset mixtures are not supported; use dataset_name")
     if s.dataset_streaming:
         raise _refuse("dataset_streaming", True, "a sweep reads the dataset whole")
-    if s.reward_model_name_or_path:
-        raise _refuse(
-            "reward_model_name_or_path",
-            s.reward_model_name_or_path,
-            "reward models are not supported yet; score with reward_funcs",
-        )
     if not s.dataset_name:
         raise _refuse("dataset_name", None, "must be given")
-    if not s.reward_funcs:
+    if not s.reward_funcs and not s.reward_model_name_or_path:
         raise _refuse("reward_funcs", s.reward_funcs, "must name at least one reward")
-    rewards = []
-    for name in s.reward_funcs:
+    rewards = reward_model_entries(s.reward_model_name_or_path, recipe.grpo)  # first, as TRL's
+    for name in s.reward_funcs or ():
         target = BUILT_IN_REWARDS.get(name, name)
         if "." not in target:
             raise _refuse(

@@ -7,7 +7,8 @@ by `save_to_disk` or one data file (JSONL, JSON, CSV, Parquet), which `trl grpo`
 Training draws from `train_split`; the objective is our evaluator on `test_split` when the
 dataset has it, else on `eval_fraction` of the train split held out once by seed (the run's
 first lines say which). Rows are read as task=jsonl reads them (`problems_from_rows`): each
-row's other columns reach the rewards, as TRL passes them.
+row's other columns reach the rewards, as TRL passes them. `reward_model_name_or_path` is a
+reward of its own (`reward_model_entries`), first, as `trl grpo` puts it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from trainer.env.tasks import (
 
 log = logging.getLogger(__name__)
 
+KEY_REWARD_MODEL = "reward_model_name_or_path"
+
 # `trl grpo`'s reward_funcs names (trl/scripts/grpo.py's registry) as importable functions
 BUILT_IN_REWARDS = {
     "accuracy_reward": "trl.rewards.accuracy_reward",
@@ -42,6 +45,22 @@ def soft_overlong_punishment(completion_ids, **kwargs) -> list[float]:
 
     reward = get_soft_overlong_punishment(max_completion_len=1280, soft_punish_cache=256)
     return reward(completion_ids=completion_ids, **kwargs)
+
+
+def reward_model_entries(path: str | None, grpo) -> list[dict[str, Any]]:
+    """A recipe's `reward_model_name_or_path` as task.rewards entries (trainer/env/
+    reward_model.py), none without one: `trl grpo` puts it before reward_funcs, so the recipe's
+    reward_weights count it first. Named as TRL names it (the directory's last part) and
+    templated with the recipe's chat_template_kwargs, as TRL templates it; a hub name is
+    refused (no downloads)."""
+    from trainer.env.reward_model import TARGET, local_model_dir
+
+    if not path:
+        return []
+    where = local_model_dir(path, KEY_REWARD_MODEL)
+    entry = {"_target_": TARGET, "path": where, "key": KEY_REWARD_MODEL}
+    entry["chat_template_kwargs"] = grpo.chat_template_kwargs
+    return [{**entry, "name": Path(where).name}]
 
 
 def load_splits(dataset_name: str, dataset_config: str | None) -> dict[str, Any]:
