@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from trainer.rl.rl_math import mean_and_stderr
+from records.metrics import mean_and_stderr
 
 LEVEL = 0.95
 FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuration together

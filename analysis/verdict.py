@@ -16,11 +16,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis import stats
-from analysis.stats import Interval
+from analysis.stats import Interval, mean_and_stderr
 from analysis.text import show
 from records.metrics import EVAL_REWARD, is_finite_number
 from records.sweep import StudyAttr, TrialAttr, replicates
-from trainer.rl.rl_math import mean_and_stderr
 
 
 @dataclass(frozen=True)

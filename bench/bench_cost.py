@@ -57,7 +57,7 @@ from optuna.trial import TrialState
 from analysis import forecast as forecast_math
 from analysis import stats
 from analysis.rule_replay import at_cadence, library_run
-from analysis.stats import MIN_SEEDS
+from analysis.stats import MIN_SEEDS, mean_and_stderr
 from analysis.verdict import sweep_verdict
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
@@ -65,7 +65,6 @@ from sweeper.sweep import racing
 from sweeper.sweep.job import TrialPruned, ended_replicate, make_pruner, trial_reporter
 from sweeper.sweep.tell import combine
 from trainer.base.config import TrainConfig
-from trainer.rl.rl_math import mean_and_stderr
 from trainer.run.health import default_rules, rules_from_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -45,11 +45,10 @@ import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
 from analysis import stats
-from analysis.stats import MIN_SEEDS, z_quantile
+from analysis.stats import MIN_SEEDS, mean_and_stderr, z_quantile
 from analysis.verdict import Config, Seed, verdict
 from records.sweep import replicates
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
-from trainer.rl.rl_math import mean_and_stderr
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MAX_SEEDS = 5

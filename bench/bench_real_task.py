@@ -81,8 +81,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
 
+    from analysis.stats import mean_and_stderr
     from records import metrics
-    from trainer.rl.rl_math import mean_and_stderr
 
     # Each gain's name -> the eval metric it is the final - baseline of.
     gains_of = {

@@ -33,11 +33,17 @@ def test_aggregation_at_ratio_one(name, expected):
     assert loss.item() == pytest.approx(expected)
 
 
-def test_every_registered_loss_has_a_config_file():
+def test_every_registered_loss_has_a_config_file_and_a_checked_name():
     from pathlib import Path
 
+    from omegaconf import OmegaConf
+
+    from trainer.base.config import LOSS_NAMES
+
     conf = Path(__file__).parents[1] / "conf" / "loss"
-    assert {p.stem for p in conf.glob("*.yaml")} == set(LOSSES)
+    presets = {p.stem: OmegaConf.load(p).name for p in conf.glob("*.yaml")}
+    assert set(LOSSES) == set(LOSS_NAMES) == set(presets.values())
+    assert set(LOSS_NAMES) <= set(presets)  # each loss by its own name (trl_default is dapo)
 
 
 def ratio_inputs(ratio: float, advantage: float) -> LossInputs:

@@ -111,13 +111,6 @@ def test_minibatches_drop_filtered_groups_and_empty_minibatches():
     assert [r.tolist() for r in rows] == [[3, 4, 5]]  # problem 1 only; the 2nd chunk is empty
 
 
-def test_mean_and_stderr_use_the_sample_sd():
-    # [1, 0, 0, 1]: mean 0.5; sample variance (4 x 0.25) / 3 = 1/3; stderr sqrt(1/3 / 4) = sqrt(1/12)
-    mean, stderr = rl_math.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
-    assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
-    assert rl_math.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure
-
-
 def test_lr_auto_follows_the_seeds_formula():
     from trainer.run.lr import get_lr
 

@@ -262,3 +262,10 @@ def test_no_extend_the_range_around_a_best_tied_with_every_other(tmp_path):
     assert "tied with every other configuration at this sample size (t0)" in tied[0].why
     clear = edge_of_range(_study(tmp_path / "b", {1e-4: [0.10, 0.11], 1e-2: [0.50, 0.52]}))
     assert [a.title for a in clear] == ["Extend the range of lr upward"]
+
+
+def test_mean_and_stderr_use_the_sample_sd():
+    # [1, 0, 0, 1]: mean 0.5; sample variance (4 x 0.25) / 3 = 1/3; stderr sqrt(1/3 / 4) = sqrt(1/12)
+    mean, stderr = stats.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
+    assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
+    assert stats.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure

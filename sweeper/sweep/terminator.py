@@ -29,8 +29,8 @@ from optuna.study import StudyDirection
 from optuna.terminator import RegretBoundEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
+from records.metrics import mean_and_stderr
 from records.sweep import State, best_trial, finite_or_none, replicates
-from trainer.rl.rl_math import mean_and_stderr
 
 log = logging.getLogger(__name__)
 

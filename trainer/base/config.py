@@ -52,7 +52,7 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "importance_sampling"  # key in trainer.rl.losses.LOSSES
+    name: str = "importance_sampling"  # one of LOSS_NAMES
     clip_low: float = 0.8  # lower bound of the clipped ratio (1 - epsilon)
     clip_high: float = 1.2  # upper bound of the clipped ratio (1 + epsilon_high)
     mask_truncated_completions: bool = False  # completions without EOS give no gradient
@@ -71,6 +71,10 @@ class SamplerConfig:
 
 
 BACKENDS = ("ours", "trl")  # backend.name: the GRPO trainer a run (or a sweep trial) uses
+# loss.name: each registered once in trainer/rl/losses.py (tests/test_losses.py holds them
+# equal). Named here, without torch, so a bad input is refused before torch loads.
+LOSS_NAMES = ("importance_sampling", "ppo", "grpo", "bnpo", "dr_grpo", "dapo")
+SCALE_REWARDS = ("none", "group", "batch")  # scale_rewards: the std advantages are divided by
 
 
 @dataclass

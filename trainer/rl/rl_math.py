@@ -7,13 +7,10 @@ Every per-token tensor comes with a 0/1 `mask_NT` marking action (completion) to
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from records import metrics
-
-SCALE_REWARDS = ("none", "group", "batch")
+from trainer.base.config import SCALE_REWARDS
 
 
 def compute_advantages(rewards_PG: torch.Tensor, scale_rewards: str = "none") -> torch.Tensor:
@@ -48,16 +45,6 @@ def group_outcome_fractions(rewards_PG: torch.Tensor) -> dict[str, float]:
         metrics.GROUPS_ALL_BAD: all_bad,
         metrics.GROUPS_ZERO_ADVANTAGE: all_good + all_bad,
     }
-
-
-def mean_and_stderr(values: list[float]) -> tuple[float, float]:
-    """Mean and its standard error, sd / sqrt(n) with the n-1 (sample) sd; 0 for one value."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, 0.0
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(variance / n)
 
 
 def masked_mean(x_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:

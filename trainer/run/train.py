@@ -34,7 +34,6 @@ from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
 from trainer.env.rewards import score_batch, use_tokenizer
 from trainer.env.tasks import Task, make_task
-from trainer.rl import rl_math
 from trainer.rl.pipelines import make_pipeline
 from trainer.rl.step import NonFiniteError
 from trainer.run.checkpoint import resume, save_checkpoint, save_final
@@ -242,7 +241,9 @@ def evaluate(
         part = sum(parts[name] for _, parts in scored) / len(scored)
         metrics[metrics_names.eval_reward_part(name)] = part
     for name, values in per_problem.items():
-        metrics[name], metrics[metrics_names.stderr_of(name)] = rl_math.mean_and_stderr(values)
+        metrics[name], metrics[metrics_names.stderr_of(name)] = metrics_names.mean_and_stderr(
+            values
+        )
     return metrics, per_problem
 
 

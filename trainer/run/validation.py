@@ -16,11 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from records.metrics import is_finite_number
-from trainer.base.config import BACKENDS, config_dir
+from trainer.base.config import BACKENDS, LOSS_NAMES, SCALE_REWARDS, config_dir
 from trainer.base.errors import ConfigError
-from trainer.rl.losses import LOSSES
 from trainer.rl.pipeline_settings import check as pipeline_rules
-from trainer.rl.rl_math import SCALE_REWARDS
 from trainer.run.lr import LR_EXPONENTS, LR_SCHEDULES
 from trainer.sampling.protocol import SAMPLERS
 
@@ -177,7 +175,7 @@ def _check_kl_and_loss(cfg: DictConfig, warnings: list[str]) -> None:
     scale = cfg.scale_rewards
     _require(scale in SCALE_REWARDS, "scale_rewards", scale, f"must be one of {SCALE_REWARDS}")
     name = cfg.loss.name
-    _require(name in LOSSES, "loss.name", name, f"must be one of {sorted(LOSSES)}")
+    _require(name in LOSS_NAMES, "loss.name", name, f"must be one of {sorted(LOSS_NAMES)}")
     low, high = cfg.loss.clip_low, cfg.loss.clip_high
     _require(0 < low <= 1, "loss.clip_low", low, "must be in (0, 1]")
     _require(high >= 1, "loss.clip_high", high, "must be >= 1")
