@@ -48,7 +48,7 @@ def one_run(backend: str, seed: int, args: argparse.Namespace) -> list[float]:
         f"output_dir={args.out}/{backend}-{seed}",
     ]  # fmt: skip
     if args.model:
-        overrides += ["model=hf", f"model.path={args.model}"]
+        overrides += ["model=hf", f"model.path={args.model}", "model.dtype=float32"]  # as TRL
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose("config", overrides=overrides)

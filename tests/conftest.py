@@ -179,3 +179,17 @@ def rendered_dom(url: str, profile: Path, budget_ms: int, timeout_s: int, *flags
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=True)
     return done.stdout
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with the longest tests first. `-n 2 --dist loadfile` (pyproject's addopts) hands a
+    worker the next file when it is free, in this order: long files start early and short ones
+    fill the end, instead of one worker running a long file alone at the end (minutes of CI).
+    Longest: the most real-model tests, then the most slow ones; each file's order is kept."""
+    weight: dict[str, list[int]] = {}
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        counts = weight.setdefault(item.nodeid.split("::")[0], [0, 0])
+        counts[0] -= "real_model" in marks
+        counts[1] -= "slow" in marks
+    items.sort(key=lambda item: weight[item.nodeid.split("::")[0]])  # stable

@@ -167,16 +167,18 @@ def _mlflow(cwd: Path) -> MlflowClient:
     return MlflowClient(f"sqlite:///{cwd}/mlflow.db")
 
 
-def _sweep_and_check(cwd: Path, *extra: str) -> None:
-    result = run_sweep(cwd, f"lr={LOW},{COLLAPSING}", *SMALL, *extra)
+def _sweep_and_check(
+    cwd: Path, *extra: str, shape: list[str] = SMALL, low: float = LOW, early: int = 3
+) -> None:
+    result = run_sweep(cwd, f"lr={low},{COLLAPSING}", *shape, *extra)
     assert result.returncode == 0, result.stderr[-3000:]
     study = study_in(cwd)
     states = {t.params["lr"]: t for t in study.trials}
-    assert states[LOW].state.name == "COMPLETE"
+    assert states[low].state.name == "COMPLETE", states[low].user_attrs
     assert states[COLLAPSING].state.name == "PRUNED"
     (pruned,) = replicates(states[COLLAPSING])
     assert pruned.reason.startswith("post_update_kl: kl_pre_post_v2=")
-    assert pruned.steps_run <= 3
+    assert pruned.steps_run <= early
     client = _mlflow(cwd)
     for trial in study.trials:
         run = client.get_run(trial.user_attrs[TrialAttr.MLFLOW_RUN_ID])
@@ -209,7 +211,22 @@ def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
 @pytest.mark.slow
 @pytest.mark.real_model
 def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
-    _sweep_and_check(tmp_path, "task=arithmetic", f"model.path={smollm2}", "max_tokens=16")
+    # A quarter of SMALL's rollouts: SmolLM2 on TRL costs seconds a completion on a
+    # 2-core CPU; at this batch lr=3e-2's post-update KL passes the bound from step 3 (5
+    # steps run of 8).
+    # lr=1e-3 is at SmolLM2's edge (its post-update KL passes the bound while it learns,
+    # bench/REAL_TASKS.md), and with no evals no held-out gain guards it: 3e-4 learns calmly.
+    # The task's 64 eval problems: on 8, one answer is 0.125, past eval_collapse's 0.1 margin.
+    shape = ["backend=trl", "batch_size=4", "group_size=2", "max_steps=8", "eval_every=0"]
+    _sweep_and_check(
+        tmp_path,
+        "task=arithmetic",
+        f"model.path={smollm2}",
+        "max_tokens=16",
+        shape=shape,
+        low=3e-4,
+        early=5,
+    )
 
 
 @needs_trl

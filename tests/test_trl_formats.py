@@ -35,18 +35,24 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 @needs_trl
 @pytest.mark.slow
-def test_a_conversational_dataset_sweeps_on_both_backends(tmp_path):
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.real_model)])
+def test_a_conversational_dataset_sweeps_on_both_backends(tmp_path, model, request):
     """One sweep, a trial a backend: both COMPLETE, each reward logged at each step, and every
     call the reward got was TRL's conversational shape (message lists, the system message
-    first; completions as [{"role": "assistant", ...}])."""
+    first; completions as [{"role": "assistant", ...}]). On the tiny model and on SmolLM2, a
+    real instruct model with its own chat template."""
     data = write_jsonl(tmp_path / "conv.jsonl", conversational_rows(24))
+    on_model = []
+    if model == "smollm2":
+        smollm2 = request.getfixturevalue("smollm2")
+        on_model = [f"model.path={smollm2}", "model.dtype=float32", "max_tokens=16"]
     seen = tmp_path / "seen.jsonl"
     env = {**sweep_env(tmp_path), "REWARD_SEEN": str(seen)}
     env["PYTHONPATH"] = f"{TESTS}:{env.get('PYTHONPATH', '')}"
     done = run_sweep(
         tmp_path, "backend=ours,trl", "task=jsonl", f"task.path={data}",
         "task.answer_field=solution", TRL_DOC_REWARDS, "batch_size=4", "group_size=2",
-        "max_steps=2", "eval_every=0", "task.eval_fraction=0.2", env=env,
+        "max_steps=2", "eval_every=0", "task.eval_fraction=0.2", *on_model, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
