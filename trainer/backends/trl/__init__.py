@@ -125,8 +125,9 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
 
     for warning in validate(cfg) + validate_trl(cfg) + recipe_notes(cfg):
         log.warning(warning)
-    # TRL's own code calls transformers' deprecated gradient_checkpointing_* names
-    warnings.filterwarnings("ignore", "`gradient_checkpointing_", FutureWarning)
+    # TRL's own code calls transformers' deprecated gradient_checkpointing_* and
+    # is_gradient_checkpointing names: nothing a user can change, so not on their terminal
+    warnings.filterwarnings("ignore", "`(is_)?gradient_checkpointing", FutureWarning)
     torch.manual_seed(cfg.seed)
     path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
