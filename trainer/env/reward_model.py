@@ -37,21 +37,11 @@ def local_model_dir(path: Any, key: str) -> str:
     return str(found.resolve())
 
 
-def is_conversational(prompts: list) -> bool:
-    """TRL's `is_conversational` on the batch's first prompt: a list of {role, ...} messages."""
-    first = prompts[0] if prompts else None
-    return (
-        isinstance(first, list)
-        and bool(first)
-        and isinstance(first[0], dict)
-        and ("role" in first[0])
-    )
-
-
 def reward_texts(prompts: list, completions: list, tokenizer, template_kwargs: dict) -> list:
     """The texts TRL's reward model reads: the chat template over prompt + completion messages
-    (TRL's `apply_chat_template({"messages": ...})`), else prompt + completion."""
-    if is_conversational(prompts):
+    (TRL's `apply_chat_template({"messages": ...})`), else prompt + completion. A prompt that is
+    not a string is a message list, as trl_kwargs (trainer/env/rewards.py) gives it."""
+    if prompts and not isinstance(prompts[0], str):
         return [
             tokenizer.apply_chat_template(
                 list(p) + list(c), tools=None, tokenize=False, **template_kwargs
