@@ -387,3 +387,62 @@ def test_the_health_guide_quotes_each_rules_held_out_error_rates():
         assert cells == docs_cells(tiny[rule.name]), rule.name
     together = [c.strip() for c in rows["all default rules together"].split("|")[-4:-1]]
     assert together == docs_cells(tiny["all together"])
+
+
+def test_a_resumed_reporter_holds_what_the_lost_attempt_reported_before_its_checkpoint(tmp_path):
+    """Resumed from step 20's checkpoint (the lost attempt got to step 25), a trial's reporter
+    reads back from the run it continues what that attempt reported: the objective's points
+    up to the checkpoint go to Optuna, so the trial pruned later has the value of one never
+    stopped (Optuna gives a pruned trial its last point); the step-0 baseline; and the warning
+    already fired, which is not fired, said or logged again. Found by the chaos benchmark."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from records.metrics import EVAL_REWARD, GROUPS_ZERO_ADVANTAGE
+    from records.sweep import WARNING_METRIC_PREFIX, StudyAttr
+    from records.tracking import MLflowRun
+    from sweeper.sweep.job import trial_reporter
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    study = optuna.create_study(direction="maximize")
+    attrs = {
+        StudyAttr.OBJECTIVE: EVAL_REWARD,
+        StudyAttr.HEALTH_RULES: [rule.as_dict() for rule in default_rules(0.01)],
+        StudyAttr.KL_THRESHOLD: 0.01,
+        StudyAttr.PRUNER: "none",
+    }
+
+    def metrics(step: int) -> dict[str, float]:  # every group alike: no_learning_signal warns
+        evals = {EVAL_REWARD: 0.3 + step / 1000} if step % 10 == 0 else {}
+        return {GROUPS_ZERO_ADVANTAGE: 1.0, **evals} if step else evals
+
+    def reporter(run: MLflowRun):
+        return trial_reporter(run, study.ask(), attrs, None, True, 40, 0)
+
+    straight = reporter(MLflowRun("grpo", "straight", client=client))
+    lost = reporter(MLflowRun("grpo", "lost", client=client))
+    checkpoint = None
+    for step in range(41):
+        straight.report(step, metrics(step))
+        if step <= 25:
+            lost.report(step, metrics(step))
+        if step == 20:  # what the checkpoint saves with the weights
+            checkpoint = lost.monitor.state()
+    resumed = reporter(MLflowRun.attach(lost.run.run_id, client))
+    resumed.monitor.load_state(checkpoint)
+    resumed.resumed(20)
+    for step in range(21, 41):
+        resumed.report(step, metrics(step))
+
+    def held(r) -> optuna.trial.FrozenTrial:
+        return study.trials[r.trial.number]
+
+    assert held(resumed).intermediate_values == held(straight).intermediate_values
+    assert resumed.baseline == straight.baseline == 0.3
+    assert resumed.warnings == straight.warnings
+    assert list(resumed.warnings) == ["no_learning_signal"]
+    warned = WARNING_METRIC_PREFIX + "no_learning_signal"
+    assert [m.step for m in client.get_metric_history(lost.run.run_id, warned)] == [5]
+    for r in (straight, resumed):
+        study.tell(r.trial, state=optuna.trial.TrialState.PRUNED)
+    assert held(resumed).value == held(straight).value == pytest.approx(0.34)

@@ -25,6 +25,7 @@ import optuna
 from omegaconf import DictConfig
 from optuna.trial import TrialState
 
+from analysis.load import history
 from analysis.sweep_job import training_config
 from records.database import DatabaseUnreachable, set_retry_window
 from records.metrics import EVAL_REWARD, stderr_of
@@ -43,7 +44,7 @@ from records.tracking import MLflowRun, tracking_client
 from sweeper import optuna_adapter as oa
 from sweeper.results.display import TrialLine, short
 from sweeper.results.runs import close_trial_run, trial_run_name
-from sweeper.sweep.forecaster import Forecaster
+from sweeper.sweep.forecaster import Forecaster, seed_curve
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
 from trainer.backends.run_params import run_params
@@ -121,6 +122,7 @@ class TrialReporter:
         self.forecaster: Forecaster | None = None  # pruner=forecast
         self.record = record  # this seed's record while it trains (None: kept elsewhere)
         self.line: TrialLine | None = None  # the trial's live line on the sweep's terminal
+        self.restored = False  # a resumed run's earlier reports read back (restore_reports)
 
     @property
     def health_rules(self) -> list[HealthRule]:
@@ -131,9 +133,9 @@ class TrialReporter:
         """The checkpoint step training loaded (None: step 0). The records made before
         training name the newest checkpoint that reads, which may not fit the run: they are
         set right here, the MLflow tag and the seed's record alike. The health monitor came
-        back with the checkpoint; the forecaster's points are read back from the run."""
-        if step is not None and self.forecaster is not None:
-            self.forecaster.resume(step, self.run)
+        back with the checkpoint; the rest is read back from the run (restore_reports)."""
+        if step is not None:
+            self.restore_reports(step)
         if self.record is None or step == self.record.resumed_from_step:
             return
         self._still_ours()
@@ -143,6 +145,30 @@ class TrialReporter:
             self.run.remove_tag(Tag.RESUMED_FROM_STEP)
         self.record = replace(self.record, resumed_from_step=step, steps_run=step or 0)
         self.trial.set_user_attr(replicate_key(self.record.seed), self.record.as_attr())
+
+    def restore_reports(self, step: int) -> None:
+        """A resume from `step`'s checkpoint continues the lost attempt's MLflow run: what
+        that attempt reported up to the checkpoint is read back from it, so that this trial
+        holds it as an uninterrupted one would: the objective's points in Optuna (a pruned
+        trial's value is its last point; the objective pruner compares them), the baseline
+        eval, the warnings already fired (each said and logged once), the forecaster's
+        points. Once: a second call (the backend said it, then the job's end) changes nothing."""
+        if self.restored:
+            return
+        self.restored = True
+        client, run_id = self.run.client, self.run.run_id
+        if self.reports_to_optuna:
+            for s, (value, _) in sorted(seed_curve(client, run_id, self.objective).items()):
+                if s <= step:
+                    self.trial.report(value, s)
+        self.baseline = dict(history(client, run_id, EVAL_REWARD)).get(0)
+        tags = client.get_run(run_id).data.tags
+        prefix = Tag.WARNING_PREFIX
+        self.warnings.update(
+            {k.removeprefix(prefix): v for k, v in tags.items() if k.startswith(prefix)}
+        )
+        if self.forecaster is not None:
+            self.forecaster.resume(step, self.run)
 
     def params(self, params: Mapping[str, Any]) -> None:
         """What the run decided as its policy loaded (oneDNN), beside its hyperparameters."""
