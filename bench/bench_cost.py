@@ -43,7 +43,7 @@ import math
 import random
 import re
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -488,6 +488,16 @@ def outcome(study: optuna.Study) -> dict:
         ],
         "seeds": {label[f"t{t.number}"]: len(replicates(t)) for t in trials},
         "states": {label[f"t{t.number}"]: t.state.name for t in trials},
+        # what stopped each pruned configuration: which seed, and why
+        "stops": {
+            label[f"t{t.number}"]: [
+                f"{len(seeds)} seeds run, one stopped: {r.reason[:70]}"
+                for r in seeds
+                if r.state == State.PRUNED
+            ]
+            for t in trials
+            if t.state == TrialState.PRUNED and (seeds := replicates(t))
+        },
     }
 
 
@@ -507,6 +517,7 @@ def scored(truth: Truth, out: dict) -> dict:
         "type1": sum(frozenset((pick, o)) in truth.ties for o in out["decided"]),
         "type2": sum(truth.gap(pick, o) > truth.min_difference for o in out["tied"]),
         "best_stopped": out["states"].get(best) != "COMPLETE",
+        "best_stopped_by": out["stops"].get(best, []),
     }
 
 
@@ -571,6 +582,8 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
             "type1": sum(g["type1"] for g in got),
             "type2": sum(g["type2"] for g in got),
             "best_stopped": sum(g["best_stopped"] for g in got) / n,
+            # why, over the replays that stopped it (the rule or the forecast, and the seed)
+            "best_stopped_by": dict(Counter(why for g in got for why in g["best_stopped_by"])),
             "mean_seeds": {c: sum(g["seeds"][c] for g in got) / n for c in got[0]["seeds"]},
         }
         if base is not None:
