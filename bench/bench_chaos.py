@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -50,7 +51,7 @@ from pg_server import started_server  # noqa: E402
 from records.sweep import TrialAttr, replicates  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-GRID = ["lr=1e-3,2e-3,3e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
+GRID = ["lr=5e-4,1e-3,2e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
 TRAINING = ["save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.heartbeat_interval=3"]  # the default health rules: on
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
@@ -58,10 +59,10 @@ GRACE_S = 20
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once
 CUT, SKEWED = 1, 2  # the host whose link is cut; the host whose clock runs ahead
 SKEW_S = 300
+CUT_WAIT_S = 120  # the cut waits this long at most for a trial on its host
 CUT_BOUND_S = 240  # the link heals once the cut host's trials were taken over, or after this
 # 8 workers on 2 cores: one thread each, or torch's threads fight each other.
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}
-TRAINING_BEGAN = "] - Training "  # trainer/run/train.py's first line of a run
 
 
 class Workers:
@@ -105,7 +106,7 @@ class Workers:
         self.started += 1
 
     def training(self) -> list[int]:
-        """The slots whose worker has a trial in training (past its start-up, which takes
+        """The slots whose worker has a trial in flight (past its start-up, which takes
         20-60 s with 8 workers on 2 cores)."""
         return sorted(s for s in self.live if was_training(self.logs[s]))
 
@@ -132,7 +133,11 @@ def chaos(workers: Workers, server, minutes: float, rng: random.Random) -> dict:
     while (elapsed := time.monotonic() - began) < 60 * minutes:
         for slot in workers.reap():
             workers.start(slot)
-        if events and elapsed >= events[0][0] * 60 * minutes:
+        if (
+            events
+            and elapsed >= events[0][0] * 60 * minutes
+            and not _wait_for_cut(workers, events[0], elapsed - events[0][0] * 60 * minutes)
+        ):
             _, what = events.pop(0)
             say(f"{elapsed:5.0f} s: {what}")
             if what == "restart":
@@ -157,6 +162,14 @@ def chaos(workers: Workers, server, minutes: float, rng: random.Random) -> dict:
     if cut is not None:
         counts.update(cut.heal())
     return dict(counts)
+
+
+def _wait_for_cut(workers: Workers, event: tuple[float, str], late_s: float) -> bool:
+    """The cut waits (CUT_WAIT_S at most) for a trial in training on the host it cuts: a cut
+    that holds no trial tests no takeover."""
+    if event[1] != "cut" or late_s > CUT_WAIT_S:
+        return False
+    return not any(workers.host(s) == CUT for s in workers.training())
 
 
 class Cut:
@@ -188,20 +201,27 @@ class Cut:
         return {"cut_s": round(time.monotonic() - self.at), "cut_trials": len(self.trials)}
 
 
-def started_trials(log: Path) -> list[int]:
-    """The trials a worker started (its log's `[sweep ...] tN ... started` lines)."""
+def trial_lines(log: Path) -> list[tuple[int, str]]:
+    """A worker's `[sweep NAME] tN ...` lines as (N, the rest): its trials' starts and ends."""
     lines = log.read_text(errors="replace").splitlines()
-    return [
-        int(line.split("] t", 1)[1].split()[0])
-        for line in lines
-        if line.startswith("[sweep ") and line.endswith(" started") and "] t" in line
-    ]
+    return [(int(m[1]), m[2]) for line in lines if (m := TRIAL_LINE.match(line))]
+
+
+TRIAL_LINE = re.compile(r"^\[sweep [^\]]+\] t(\d+)\b(.*)$")
+
+
+def started_trials(log: Path) -> list[int]:
+    """The trials a worker started."""
+    return [n for n, rest in trial_lines(log) if rest.endswith(" started")]
 
 
 def was_training(log: Path) -> bool:
-    """A trial's training had begun in this worker (its log says so): a kill before that, in
-    the worker's start-up, leaves nothing to recover."""
-    return TRAINING_BEGAN in log.read_text(errors="replace")
+    """A trial this worker started has not ended yet (no line of its outcome since): a kill
+    before the first start, in the worker's start-up, leaves nothing to recover."""
+    running: set[int] = set()
+    for n, rest in trial_lines(log):
+        (running.add if rest.endswith(" started") else running.discard)(n)
+    return bool(running)
 
 
 def drain(workers: Workers, timeout_s: float) -> int:

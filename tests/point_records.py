@@ -154,13 +154,13 @@ def _gap(x: float | None, y: float | None) -> float:
 
 
 def clock_ahead(storage: str, trials: list) -> dict[int, float]:
-    """Seconds each completed trial's worker clock ran ahead of the database's: its end on
-    the worker's clock (Optuna's datetime_complete) less its last heartbeat on the server's
-    (PostgreSQL only)."""
+    """Seconds each ended (completed or pruned) trial's worker clock ran ahead of the
+    database's: its end on the worker's clock (Optuna's datetime_complete) less its last
+    heartbeat on the server's (PostgreSQL only)."""
     with psycopg.connect(storage) as c:
         beats = dict(c.execute("SELECT trial_id, heartbeat FROM trial_heartbeats").fetchall())
     return {
         t.number: round((t.datetime_complete - beats[t._trial_id]).total_seconds(), 1)
         for t in trials
-        if t.state.name == "COMPLETE" and t._trial_id in beats
+        if t.state.name in ("COMPLETE", "PRUNED") and t._trial_id in beats
     }
