@@ -136,9 +136,22 @@ MODELS = {"flat": flat, "power": power, "linear": linear}
 CENTRAL = ("flat", "power")
 
 
-def incumbent_low(value: float, stderr: float | None, level: float) -> float:
-    """The incumbent's pessimistic final value at `level` (one-sided)."""
-    return value - NormalDist().inv_cdf(level) * max(stderr or 0.0, MIN_STDERR)
+def incumbent_low(
+    value: float,
+    stderr: float | None,
+    level: float,
+    seed_variance: float = 0.0,
+    seeds: tuple[int, int] = (1, 1),
+) -> float:
+    """The incumbent's pessimistic final value at `level` (one-sided), for a configuration's
+    forecast to reach: below its mean by its eval's noise and, once the sweep has measured the
+    seed-to-seed variance, by the seed noise of the difference between the configuration's
+    mean over k seeds and the incumbent's over m (seeds=(k, m)). Without that term, a
+    configuration tied with the best whose first seed drew low was stopped against the
+    luckiest of several means (the truth's best, in 4-7% of held-out replays: bench/COST.md)."""
+    k, m = seeds
+    noise = math.hypot(max(stderr or 0.0, MIN_STDERR), math.sqrt(seed_variance * (1 / k + 1 / m)))
+    return value - NormalDist().inv_cdf(level) * noise
 
 
 def cannot_win(fc: Forecast, best_low: float) -> bool:

@@ -517,7 +517,7 @@ def scored(truth: Truth, out: dict) -> dict:
         "type1": sum(frozenset((pick, o)) in truth.ties for o in out["decided"]),
         "type2": sum(truth.gap(pick, o) > truth.min_difference for o in out["tied"]),
         "best_stopped": out["states"].get(best) != "COMPLETE",
-        "best_stopped_by": out["stops"].get(best, []),
+        "best_stopped_by": out.get("stops", {}).get(best, []),
     }
 
 

@@ -277,3 +277,43 @@ def test_a_later_seed_forecasts_the_configurations_pooled_curve(tmp_path):
     expected = fc.forecast(steps, values, stderrs, 4, level=0.75)
     logged = client.get_metric_history(run_ids[1], FORECAST_MEAN)
     assert {m.step: m.value for m in logged} == {2: pytest.approx(expected.mean)}
+
+
+def test_once_seeds_are_measured_the_incumbent_low_allows_for_their_noise():
+    """Eval stderr 0.024, seed variance 0.0009 (sd 0.03), a one-seed configuration against a
+    two-seed incumbent at level 0.75: noise sqrt(0.024^2 + 0.0009 x (1 + 1/2)) = 0.043886, so
+    the low is 0.33 - 0.67449 x 0.043886 = 0.30040 (0.31381 on the eval's noise alone). A curve
+    flattening at 0.27 (optimistic 0.3074) is stopped on the eval's noise, kept on both."""
+    eval_only = fc.incumbent_low(0.33, 0.024, 0.75)
+    with_seeds = fc.incumbent_low(0.33, 0.024, 0.75, 0.0009, (1, 2))
+    assert eval_only == pytest.approx(0.33 - 0.67449 * 0.024, abs=1e-5)
+    assert with_seeds == pytest.approx(0.33 - 0.67449 * 0.043886, abs=1e-5)
+    flat = fc.forecast([0, 10, 20], [0.275, 0.27, 0.27], [0.024] * 3, 50, 0.75)
+    assert fc.cannot_win(flat, eval_only) and not fc.cannot_win(flat, with_seeds)
+
+
+def test_the_seed_variance_the_forecast_allows_for_is_the_races():
+    """Two configurations with two completed seeds each (0.40, 0.44 and 0.30, 0.34: pooled
+    variance 0.0008 on 2 df): the forecast reads the race's spread (raised to its upper bound);
+    a study where no configuration has two seeds has none."""
+    from records.sweep import Replicate, replicate_key
+    from sweeper.sweep import racing
+    from sweeper.sweep.forecaster import seed_variance
+
+    study = optuna.create_study(direction="maximize")
+    assert seed_variance(study) == 0.0
+    for values in ((0.40, 0.44), (0.30, 0.34), (0.5,)):
+        trial = study.ask()
+        for seed, value in enumerate(values):
+            done = Replicate(seed, "COMPLETE", value, 0.02, 50, 0.3, "", f"run{seed}")
+            trial.set_user_attr(replicate_key(seed), done.as_attr())
+        study.tell(trial, sum(values) / len(values))
+    entries = [racing.entry_of(t) for t in study.trials]
+    assert racing.spread(entries).variance == seed_variance(study) > 0.0008
+    one_seed = optuna.create_study(direction="maximize")
+    trial = one_seed.ask()
+    trial.set_user_attr(
+        replicate_key(0), Replicate(0, "COMPLETE", 0.5, 0.02, 50, 0.3, "", "r").as_attr()
+    )
+    one_seed.tell(trial, 0.5)
+    assert seed_variance(one_seed) == 0.0

@@ -18,6 +18,7 @@ from records.metrics import stderr_of
 from records.sweep import FORECAST_HIGH, FORECAST_MEAN, StudyAttr, replicates
 from records.tracking import MLflowRun
 from sweeper import optuna_adapter as oa
+from sweeper.sweep import racing
 from trainer.run.health import FORECAST, Action, Breach
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,14 @@ class Forecaster:
                 log.info("t%s: no incumbent yet: nothing is pruned by forecast", self.trial.number)
                 self.said_no_incumbent = True
             return None
-        number, best_value, best_stderr = best
-        low = forecast.incumbent_low(self.sign * best_value, best_stderr, self.level)
+        number, best_value, best_stderr, best_seeds = best
+        low = forecast.incumbent_low(
+            self.sign * best_value,
+            best_stderr,
+            self.level,
+            seed_variance(self.trial.study),
+            (len(curves), best_seeds),
+        )
         if not forecast.cannot_win(fc, low):
             return None
         text = f"{self.objective} {_signed(fc, self.sign)} < best {best_value:.3g} (t{number})"
@@ -106,12 +113,24 @@ def _signed(fc: forecast.Forecast, sign: float) -> str:
     return str(replace(fc, mean=sign * fc.mean, high=sign * fc.high))
 
 
-def incumbent(study: optuna.Study) -> tuple[int, float, float | None] | None:
-    """The best completed trial: its number, value and standard error (pooled over seeds)."""
+def seed_variance(study: optuna.Study) -> float:
+    """The objective's seed-to-seed variance as the race measures it (racing.spread: pooled
+    over the configurations with two or more completed seeds, raised to its upper bound);
+    0 while none has two (a one-seed sweep never has an estimate)."""
+    trials = study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
+    )
+    pooled = racing.spread([racing.entry_of(t) for t in trials])
+    return pooled.variance if pooled.df and math.isfinite(pooled.variance) else 0.0
+
+
+def incumbent(study: optuna.Study) -> tuple[int, float, float | None, int] | None:
+    """The best completed trial: its number, value, standard error (pooled over seeds) and
+    number of completed seeds."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not done:
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     best = max(done, key=lambda t: t.value if maximize else -t.value)
     stderr = forecast.pooled_stderr([r.stderr for r in replicates(best)])
-    return best.number, best.value, stderr
+    return best.number, best.value, stderr, max(1, len(racing.entry_of(best).values))
