@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
 
 from records.metrics import mean_and_stderr
 
@@ -74,12 +73,20 @@ class Interval:
         return self.known and (self.low > 0 or self.high < 0)
 
 
+def _scipy_stats():
+    """scipy.stats, imported where a quantile is first needed: 0.8 s that a trial's start and
+    a bad input's one-line error need not pay."""
+    from scipy import stats
+
+    return stats
+
+
 def t_quantile(df: float, level: float = LEVEL) -> float:
-    return float(stats.t.ppf((1 + level) / 2, df))
+    return float(_scipy_stats().t.ppf((1 + level) / 2, df))
 
 
 def z_quantile(level: float = LEVEL) -> float:
-    return float(stats.norm.ppf((1 + level) / 2))
+    return float(_scipy_stats().norm.ppf((1 + level) / 2))
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL) -> Interval:
@@ -177,7 +184,7 @@ def variance_bound(pooled: Pooled, bound: float = VARIANCE_BOUND) -> Pooled:
     replays showed to be deflated (every configuration drawing two close seeds)."""
     if not pooled.df or not math.isfinite(pooled.variance):
         return pooled
-    raised = pooled.variance * pooled.df / float(stats.chi2.ppf(1 - bound, pooled.df))
+    raised = pooled.variance * pooled.df / float(_scipy_stats().chi2.ppf(1 - bound, pooled.df))
     return Pooled(raised, pooled.df, pooled.groups, bound)
 
 
@@ -192,7 +199,7 @@ def difference_bound(diff: Interval, level: float = FUTILITY_LEVEL) -> float:
     seeds so far make plausible (inf when there is no spread to judge by)."""
     if not (diff.df > 0 and math.isfinite(diff.se)):
         return math.inf
-    return abs(diff.estimate) + float(stats.t.ppf(level, diff.df)) * diff.se
+    return abs(diff.estimate) + float(_scipy_stats().t.ppf(level, diff.df)) * diff.se
 
 
 def seeds_to_separate(

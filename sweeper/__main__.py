@@ -9,6 +9,11 @@ from __future__ import annotations
 import gc
 import sys
 
+from sweeper.sweep import trial_process
+
+if __name__ == "__main__":  # first of all: a trial's imports overlap all the sweep does before
+    trial_process.start_for(sys.argv[1:])  # its first job (sweeper/sweep/trial_process.py)
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig

@@ -58,7 +58,7 @@ from sweeper.results import display, runs
 from sweeper.results.display import final_table, progress_line, say
 from sweeper.study import slots
 from sweeper.study.heartbeat import Heartbeat
-from sweeper.sweep import racing, terminator
+from sweeper.sweep import racing, terminator, trial_process
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
@@ -69,6 +69,7 @@ from sweeper.sweep.tell import (
     give_back_lost,
     tell_if_still_ours,
 )
+from sweeper.sweep.trial_process import TRIAL_MODULE
 from sweeper.sweep.tuned import TunedFile
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class SweepRunner:
         self.search_sampler = plan.search_sampler
         self.conf = conf
         self.config = config
+        self.hydra_context, self.task_function = hydra_context, task_function
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
@@ -114,8 +116,14 @@ class SweepRunner:
             _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
-        if self.inline:  # the first trial's imports, while the stores are created
+        # Jobs run in the trial process when the command started one (trial_process.py);
+        # else here, the first one's imports in a thread while the stores are created.
+        self.in_trial_process = self.inline and trial_process.usable(self.task_function)
+        if not self.in_trial_process:
+            trial_process.stop()
+        if self.inline and not self.in_trial_process:
             _import_in_background(TRIAL_MODULE)
+        if self.inline:
             display.trials_run_here()
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
@@ -127,8 +135,10 @@ class SweepRunner:
             except KeyboardInterrupt as e:
                 self._interrupted(study, e)
             except FailureRateExceeded:
+                trial_process.stop()
                 self._finish(study, "FAILED")
                 raise
+        trial_process.stop()  # the last job has ended: the verdict needs none of its imports
         self._finish(study, "FINISHED")
         return []
 
@@ -275,8 +285,19 @@ class SweepRunner:
         with self.devices.lease() as device:
             overrides = job.overrides + ([f"model.device={quote(device)}"] if device else [])
             try:
+                if self.in_trial_process:
+                    return trial_process.launch(
+                        self.hydra_context,
+                        self.task_function,
+                        self.config,
+                        overrides,
+                        job.trial.number,
+                    )
                 return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
+                if self.in_trial_process and not trial_process.usable(self.task_function):
+                    trial_process.stop()  # killed (out of memory?): the next jobs run here
+                    self.in_trial_process = False
                 return oa.failed_return(RuntimeError(one_line(e)))
 
     def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
@@ -363,12 +384,6 @@ class SweepRunner:
         # Everything is recorded: leave without the interpreter's teardown, which collects
         # the model's garbage and, on a busy host, can outlast a preemption's grace period.
         _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")
-
-
-# What a trial imports (PEFT, transformers, the trainer): seconds of CPU. Creating a fresh
-# MLflow and Optuna store is seconds of waiting on the disk (SQLite's syncs, one per
-# migration), so the basic launcher's first trial imports in a thread meanwhile.
-TRIAL_MODULE = "sweeper.sweep.job"
 
 
 def _import_in_background(module: str) -> None:

@@ -1,0 +1,239 @@
+"""The trial process: `python -m sweeper -m ...` starts it with the command, and it loads what
+a trial needs (torch, transformers, PEFT, MLflow: seconds of CPU) on a second core while the
+sweep composes its config, checks its plan and opens its stores. The basic launcher's jobs then
+run in it one at a time, as they would in the sweep's own process: Hydra's launcher, the same
+log files and live line.
+
+Signals reach a job through the sweep: the process has a process group of its own, so a
+terminal's Ctrl-C reaches the sweep only, which passes it (or SIGTERM, SIGHUP) on once and
+waits for the job to record how it ended. It dies with the sweep (SIGKILL included).
+
+Without it (the sweeper started from Python, or a launcher with workers of its own) jobs run
+as before, in the sweep's process or the launcher's workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+TRIAL_MODULE = "sweeper.sweep.job"  # what a trial imports: torch, transformers, PEFT, MLflow
+INTERRUPT_WAIT_S = 60.0  # how long an interrupted job has to record how it ended
+NOT_SWEEPS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion")
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """A job's reply when a signal stopped it: the signal's name ("" for Ctrl-C)."""
+
+    signal: str
+
+
+@dataclass
+class _Handle:
+    process: multiprocessing.process.BaseProcess
+    connection: Connection
+    busy: bool = False
+
+
+_handle: _Handle | None = None
+
+
+def start_for(argv: list[str]) -> None:
+    """Start the trial process when `argv` runs a sweep (`-m`): before Hydra, so that its
+    imports overlap everything the sweep does before its first job."""
+    if _handle is None and {"-m", "--multirun"} & set(argv) and not set(NOT_SWEEPS) & set(argv):
+        start()
+
+
+def start() -> None:
+    global _handle
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads, no locks
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_serve, args=(theirs, os.getpid()), name="trials")
+    process.start()
+    theirs.close()
+    _handle = _Handle(process, ours)
+    atexit.register(stop)  # before multiprocessing's own exit, which would wait for it
+
+
+def stop() -> None:
+    """No more jobs: end it at once. Between jobs it holds nothing that needs saving (and a
+    job in flight at exit has already been interrupted)."""
+    global _handle
+    if _handle is None:
+        return
+    handle, _handle = _handle, None
+    with contextlib.suppress(OSError):
+        handle.connection.close()
+    handle.process.kill()
+    handle.process.join()
+
+
+def task_reference(task_function: Any) -> tuple[str, str] | None:
+    """(module, name) the trial process finds `task_function` by, or None when it cannot
+    (a lambda, a closure, a function not bound at its module's top level)."""
+    module_name, name = task_function.__module__, task_function.__qualname__
+    module = sys.modules.get(module_name)
+    if module_name == "__main__":  # `python -m sweeper`: the module's import name
+        spec = getattr(module, "__spec__", None)
+        module_name = spec.name if spec is not None else ""
+    bound = getattr(module, name, None) if module is not None and "." not in name else None
+    if module_name and bound is not None and getattr(bound, "__wrapped__", bound) is task_function:
+        return module_name, name
+    return None
+
+
+def usable(task_function: Any) -> bool:
+    return (
+        _handle is not None and _handle.process.is_alive() and bool(task_reference(task_function))
+    )
+
+
+def launch(
+    hydra_context: Any, task_function: Any, config: Any, overrides: list[str], job_idx: int
+) -> Any:
+    """One job through the basic launcher in the trial process; its JobReturn.
+
+    An interrupt while it runs is passed on, and the job's own record of it awaited, before
+    the interrupt goes on here. RuntimeError: the process died (it is not restarted)."""
+    from hydra.core.singleton import Singleton
+
+    assert _handle is not None
+    handle = _handle
+    request = (
+        hydra_context,
+        task_reference(task_function),
+        config,
+        overrides,
+        job_idx,
+        Singleton.get_state(),
+    )
+    handle.busy = True
+    try:
+        handle.connection.send_bytes(cloudpickle.dumps(request))  # resolvers are local functions
+        reply = pickle.loads(handle.connection.recv_bytes())
+    except KeyboardInterrupt as interrupt:
+        _pass_on(handle, interrupt)
+        raise
+    except (EOFError, OSError):
+        raise RuntimeError(
+            f"the trial process ended (exit code {handle.process.exitcode})"
+        ) from None
+    finally:
+        handle.busy = False
+    if isinstance(reply, Interrupted):  # a signal sent to it alone: the sweep stops, as inline
+        from sweeper.sweep.signals import SignalInterrupt
+
+        raise SignalInterrupt(reply.signal) if reply.signal else KeyboardInterrupt()
+    return reply
+
+
+def _pass_on(handle: _Handle, interrupt: KeyboardInterrupt) -> None:
+    """The job gets the signal the sweep got, then has INTERRUPT_WAIT_S to record its end."""
+    from sweeper.sweep.signals import INTERRUPT_SIGNALS
+
+    by_name = {name: sig for sig, name in INTERRUPT_SIGNALS.items()}
+    sig = by_name.get(str(interrupt), signal.SIGINT)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(handle.process.pid, sig)
+    with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):  # a second Ctrl-C: go now
+        if handle.connection.poll(INTERRUPT_WAIT_S):
+            handle.connection.recv_bytes()
+
+
+# --- in the trial process -------------------------------------------------------------
+
+
+def _serve(connection: Connection, sweep_pid: int) -> None:
+    os.setpgrp()  # a terminal's signals go to the sweep, which passes them on: each comes once
+    _die_with(sweep_pid)
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())  # not multiprocessing's: a killed process would leak it
+    gc.disable()  # imports make objects, not garbage: collecting meanwhile is seconds lost
+    with contextlib.suppress(Exception):  # a broken import is the job's to report, in its log
+        importlib.import_module(TRIAL_MODULE)
+    gc.freeze()  # and no collection during training walks what they made
+    gc.enable()
+    while True:
+        try:
+            request = pickle.loads(connection.recv_bytes())
+        except (EOFError, OSError, KeyboardInterrupt):
+            os._exit(0)  # the sweep is done: nothing to save, no teardown to wait for
+        reply = _run(*request)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            connection.send_bytes(cloudpickle.dumps(reply))
+        except Exception as e:  # a result that does not pickle: the job failed, and says why
+            from sweeper import optuna_adapter as oa
+            from sweeper.plan.preflight import one_line
+
+            failed = oa.failed_return(RuntimeError(f"{type(e).__name__}: {one_line(e)}"))
+            connection.send_bytes(cloudpickle.dumps(failed))
+
+
+def _run(
+    hydra_context: Any,
+    task: tuple[str, str],
+    config: Any,
+    overrides: list[str],
+    job_idx: int,
+    singleton_state: Any,
+) -> Any:
+    from hydra.core.plugins import Plugins
+    from hydra.core.singleton import Singleton
+
+    from sweeper.results import display
+    from sweeper.sweep.signals import SignalInterrupt, signals_interrupt
+
+    Singleton.set_state(singleton_state)
+    display.trials_run_here()
+    display.quiet_third_party(config.hydra.verbose)
+    bound = getattr(importlib.import_module(task[0]), task[1])
+    task_function = getattr(bound, "__wrapped__", bound)  # under @hydra.main
+    launcher = Plugins.instance().instantiate_launcher(
+        hydra_context=hydra_context, task_function=task_function, config=config
+    )
+    with signals_interrupt():
+        try:
+            return launcher.launch([overrides], initial_job_idx=job_idx)[0]
+        except SignalInterrupt as e:
+            return Interrupted(str(e))
+        except KeyboardInterrupt:
+            return Interrupted("")
+
+
+def _die_with(sweep_pid: int) -> None:
+    """SIGKILL when the sweep's process ends, however it ends (Linux's parent-death signal;
+    elsewhere a thread that watches for the sweep to be gone)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL) != 0:  # PR_SET_PDEATHSIG
+            raise OSError
+    except (OSError, AttributeError):
+        threading.Thread(target=_watch, args=(sweep_pid,), daemon=True).start()
+    if os.getppid() != sweep_pid:  # it ended before the signal was set
+        os._exit(1)
+
+
+def _watch(sweep_pid: int) -> None:
+    while os.getppid() == sweep_pid:
+        threading.Event().wait(1.0)
+    os._exit(1)
