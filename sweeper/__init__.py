@@ -36,6 +36,8 @@ sweep/       running the plan
                   pruner says so
   forecaster      pruner=forecast: a trial's eval curve forecast, pruned when it cannot win
   signals         process signals (SIGTERM, SIGHUP) interrupt like Ctrl-C; job processes end
+  trial_process   the process the command starts first, which loads what a trial needs while
+                  the sweep starts, then runs the basic launcher's jobs
   racing          seeds=auto: more seeds only where they can change the verdict
   terminator      terminator=true: stop a search when nothing more is to gain
 results/     what a sweep leaves and shows

@@ -56,9 +56,9 @@ class GRPOSweeperConf:
     # `auto` races them (sweeper/sweep/racing.py): 2 seeds each, then one more at a time only for
     # configurations the verdict cannot yet tell apart from the leader, up to max_seeds.
     seeds: Any = 1
-    # Training runs at once in this process. With hydra/launcher=joblib (or a cluster
-    # launcher) each runs in its own process, and a slot freed by a pruned or finished run is
-    # refilled at once. The basic launcher runs one at a time.
+    # Training runs at once. With hydra/launcher=joblib (or a cluster launcher) each runs in
+    # its own process, and a slot freed by a pruned or finished run is refilled at once. The
+    # basic launcher runs one at a time, in the trial process (sweeper/sweep/trial_process.py).
     n_jobs: int = 1
     # One run per GPU: a pool such as [cuda:0, cuda:1] (or [0, 1]); each run at once gets its
     # own device as model.device and gives it back when it ends. null: no pool.
