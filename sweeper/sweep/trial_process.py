@@ -46,7 +46,6 @@ class Interrupted:
 class _Handle:
     process: multiprocessing.process.BaseProcess
     connection: Connection
-    busy: bool = False
 
 
 _handle: _Handle | None = None
@@ -55,7 +54,8 @@ _handle: _Handle | None = None
 def start_for(argv: list[str]) -> None:
     """Start the trial process when `argv` runs a sweep (`-m`): before Hydra, so that its
     imports overlap everything the sweep does before its first job."""
-    if _handle is None and {"-m", "--multirun"} & set(argv) and not set(NOT_SWEEPS) & set(argv):
+    sweep = {"-m", "--multirun"} & set(argv) and not set(NOT_SWEEPS) & set(argv)
+    if _handle is None and sweep and os.name == "posix":  # process groups, SIGKILL: POSIX's
         start()
 
 
@@ -122,7 +122,6 @@ def launch(
         job_idx,
         Singleton.get_state(),
     )
-    handle.busy = True
     try:
         handle.connection.send_bytes(cloudpickle.dumps(request))  # resolvers are local functions
         reply = pickle.loads(handle.connection.recv_bytes())
@@ -130,11 +129,10 @@ def launch(
         _pass_on(handle, interrupt)
         raise
     except (EOFError, OSError):
+        handle.process.join(timeout=5)  # its exit code, once the kernel has it
         raise RuntimeError(
             f"the trial process ended (exit code {handle.process.exitcode})"
         ) from None
-    finally:
-        handle.busy = False
     if isinstance(reply, Interrupted):  # a signal sent to it alone: the sweep stops, as inline
         from sweeper.sweep.signals import SignalInterrupt
 
