@@ -55,7 +55,10 @@ def start_for(argv: list[str]) -> None:
     """Start the trial process when `argv` runs a sweep (`-m`): before Hydra, so that its
     imports overlap everything the sweep does before its first job."""
     sweep = {"-m", "--multirun"} & set(argv) and not set(NOT_SWEEPS) & set(argv)
-    if _handle is None and sweep and os.name == "posix":  # process groups, SIGKILL: POSIX's
+    # -X importtime profiles this process's imports: a second process's, on the same stderr,
+    # would mix with them (the trial's imports are then made here, as without it)
+    profiled = "importtime" in sys._xoptions
+    if _handle is None and sweep and os.name == "posix" and not profiled:  # POSIX: pgrp, SIGKILL
         start()
 
 
