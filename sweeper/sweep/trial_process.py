@@ -8,8 +8,9 @@ Signals reach a job through the sweep: the process has a process group of its ow
 terminal's Ctrl-C reaches the sweep only, which passes it (or SIGTERM, SIGHUP) on once and
 waits for the job to record how it ended. It dies with the sweep (SIGKILL included).
 
-Without it (the sweeper started from Python, or a launcher with workers of its own) jobs run
-as before, in the sweep's process or the launcher's workers.
+Without it (the sweeper started from Python, a launcher with workers of its own, a system
+other than POSIX, `-X importtime`) jobs run as before, in the sweep's process or the
+launcher's workers.
 """
 
 from __future__ import annotations
