@@ -22,12 +22,9 @@ tuned file.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import logging
 import os
 import sys
-import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -69,7 +66,6 @@ from sweeper.sweep.tell import (
     give_back_lost,
     tell_if_still_ours,
 )
-from sweeper.sweep.trial_process import TRIAL_MODULE
 from sweeper.sweep.tuned import TunedFile
 
 log = logging.getLogger(__name__)
@@ -116,13 +112,12 @@ class SweepRunner:
             _leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
-        # Jobs run in the trial process when the command started one (trial_process.py);
-        # else here, the first one's imports in a thread while the stores are created.
+        # Jobs run in the trial process when the command started one (trial_process.py).
         self.in_trial_process = self.inline and trial_process.usable(self.task_function)
         if not self.in_trial_process:
             trial_process.stop()
-        if self.inline and not self.in_trial_process:
-            _import_in_background(TRIAL_MODULE)
+            if self.inline:
+                trial_process.import_in_background()
         if self.inline:
             display.trials_run_here()
         processes = self.config.backend.processes  # devices a trial takes
@@ -135,10 +130,10 @@ class SweepRunner:
             except KeyboardInterrupt as e:
                 self._interrupted(study, e)
             except FailureRateExceeded:
-                trial_process.stop()
                 self._finish(study, "FAILED")
                 raise
-        trial_process.stop()  # the last job has ended: the verdict needs none of its imports
+            finally:  # the last job has ended: the verdict needs none of its imports
+                trial_process.stop()
         self._finish(study, "FINISHED")
         return []
 
@@ -384,14 +379,6 @@ class SweepRunner:
         # Everything is recorded: leave without the interpreter's teardown, which collects
         # the model's garbage and, on a busy host, can outlast a preemption's grace period.
         _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")
-
-
-def _import_in_background(module: str) -> None:
-    def load() -> None:
-        with contextlib.suppress(Exception):  # the trial's own import says what went wrong
-            importlib.import_module(module)
-
-    threading.Thread(target=load, name=f"import {module}", daemon=True).start()
 
 
 def _leave(message: str) -> None:

@@ -144,6 +144,17 @@ def launch(
     return reply
 
 
+def import_in_background() -> None:
+    """Without a trial process: the first job's imports in a thread of this process while the
+    stores are created (a thread shares the GIL, so only the stores' disk waits overlap)."""
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # the trial's own import says what went wrong
+            importlib.import_module(TRIAL_MODULE)
+
+    threading.Thread(target=load, name=f"import {TRIAL_MODULE}", daemon=True).start()
+
+
 def _pass_on(handle: _Handle, interrupt: KeyboardInterrupt) -> None:
     """The job gets the signal the sweep got, then has INTERRUPT_WAIT_S to record its end."""
     from sweeper.sweep.signals import INTERRUPT_SIGNALS
