@@ -91,6 +91,13 @@ def variants() -> dict[str, Callable[[str], list[HealthRule]]]:
         "post_update_kl x20": changed("post_update_kl", bound=20 * kl),
         "post_update_kl patience 2": changed("post_update_kl", patience=2),
         "post_update_kl unguarded": changed("post_update_kl", guard="none"),
+        # The guard's margin: fire while the held-out reward is at most its baseline + rise.
+        # 0: not above it; negative: below it by that much (about 1 and 2 standard errors of
+        # the tiny model's 400-problem eval), "while the held-out reward falls".
+        "post_update_kl rise 0": changed("post_update_kl", rise=0.0),
+        "post_update_kl rise -0.025": changed("post_update_kl", rise=-0.025),
+        "post_update_kl rise -0.05": changed("post_update_kl", rise=-0.05),
+        "post_update_kl patience 5": changed("post_update_kl", patience=5),
         "eval_collapse 0.05": changed("eval_collapse", bound=0.05),
         "eval_collapse 0.15": changed("eval_collapse", bound=0.15),
         "train_eval_divergence prune": changed("train_eval_divergence", action="prune"),

@@ -219,6 +219,18 @@ def test_a_kl_collapse_while_the_held_out_reward_falls_is_pruned_whatever_the_re
     assert replay(post_update_kl(), rising).step == 3
 
 
+def test_the_kl_rule_spares_a_slow_learner_whose_eval_sits_just_above_its_baseline():
+    """Tiny addition lr=7e-3 seed 16 of the calibration part (learning, 0.278 -> 0.34): KL over
+    0.1 for 3 steps while its step-30 eval, 0.287, is 0.009 above its baseline. The guard once
+    allowed 0.05 of slack there and pruned it at step 31; an eval at its baseline still prunes."""
+    evals = {0: 0.278, 10: 0.282, 20: 0.33, 30: 0.287}
+    kl = [0.02] * 28 + [0.12, 0.15, 0.11, 0.13]
+    run = stream(kl, [0.3] * 32, evals)
+    assert replay(post_update_kl(), run) is None
+    run[30][EVAL] = 0.278  # not above its baseline: the KL streak counts
+    assert replay(post_update_kl(), run).step == 31  # the third step over 0.1
+
+
 def test_a_kl_breach_while_the_held_out_reward_climbs_is_kept():
     """SmolLM2 lr=1e-3 seed 0 as recorded: KL above 0.1 on steps 1-3 and 8-10 while its eval
     climbs 0.31 -> 0.88; the default rules keep it (without the guard: pruned at step 3)."""
