@@ -18,7 +18,7 @@ import os
 import time
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -240,6 +240,7 @@ class MLflowRun:
         )
         self.run_id = run.info.run_id
         self.logged_through = -1  # the last step with metrics in the run
+        self.still_ours: Callable[[], None] | None = None  # raises once the run's job is lost
 
     @classmethod
     def existing(cls, run_id: str, client: MlflowClient | None = None) -> MLflowRun:
@@ -247,6 +248,7 @@ class MLflowRun:
         run = cls.__new__(cls)
         run.client, run.run_id = client or tracking_client(), run_id
         run.logged_through = -1
+        run.still_ours = None
         return run
 
     @classmethod
@@ -270,8 +272,26 @@ class MLflowRun:
         # NaN is a legal metric value in MLflow and worth seeing; inf is stored as a large value.
         now = int(1000 * time.time())
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        if batch:
+        if not batch:
+            return
+        if not isinstance(self.client, ResilientMlflowClient):
             self.client.log_batch(self.run_id, metrics=batch)
+            return
+
+        # Retried while the database is unreachable, but never sent again blindly: a lost
+        # reply may hide a commit (the step is stored), and a cut long enough for another
+        # worker to take the job over (still_ours raises) means its copy logs this step.
+        def applied() -> tuple[bool, None]:
+            if self.still_ours is not None:
+                self.still_ours()
+            stored = self.client.get_metric_history(self.run_id, batch[0].key)
+            return any(m.step == step for m in stored), None
+
+        retried(
+            lambda: MlflowClient.log_batch(self.client, self.run_id, metrics=batch),
+            self.client.store,
+            applied=applied,
+        )
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         for key, value in tags.items():

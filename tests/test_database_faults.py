@@ -345,3 +345,36 @@ def test_a_paused_server_counts_as_an_outage_though_no_call_failed(own_postgres)
         pause.join()
     assert waited > SLOW_CALL_S
     assert calm_for() < 1  # counted from the call's end: the server's return
+
+
+def test_a_metric_write_retried_after_an_outage_first_asks_whether_the_job_is_still_its_own(
+    own_postgres,  # noqa: F811
+):
+    """A cut long enough for another worker to take the job over: the cut-off worker's write,
+    retried once the server answers again, must not land (the other worker logs that step).
+    So before a retry the run asks `still_ours`, which raises for a job taken over; the step
+    is never written. Found as a step logged twice in tests/test_hosts_apart.py."""
+    import threading
+
+    from records.tracking import MLflowRun, tracking_client
+    from sweeper.sweep.job import TakenOver
+
+    client = tracking_client(own_postgres.database("mlflow_retry"))
+    run = MLflowRun("retry", "t0", client=client)
+    run.log_metrics(0, {"reward/mean": 0.1})
+    asked = threading.Event()
+
+    def taken_over() -> None:
+        asked.set()
+        raise TakenOver("t0 was taken over by another worker")
+
+    run.still_ours = taken_over
+    own_postgres.pg_ctl("stop", "-m", "fast")  # every connection dropped, none accepted
+    try:
+        with pytest.raises(TakenOver):
+            run.log_metrics(1, {"reward/mean": 0.2})  # fails, then asks before trying again
+    finally:
+        own_postgres.pg_ctl("start")
+    assert asked.is_set()
+    history = client.get_metric_history(run.run_id, "reward/mean")
+    assert [m.step for m in history] == [0]

@@ -110,6 +110,7 @@ class TrialReporter:
         record: Replicate | None = None,
     ) -> None:
         self.run = run
+        self.run.still_ours = self._still_ours  # checked again before a write is retried
         self.trial = trial
         self.objective = objective
         self.monitor = monitor
