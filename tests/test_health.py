@@ -382,15 +382,15 @@ def test_the_default_rules_read_the_sweeps_held_out_objective():
 
 def test_the_health_guide_quotes_each_rules_held_out_error_rates():
     """docs/health.md puts beside each default rule its false prunes, catches and delay on the
-    held-out curves (tiny model, the default eval cadence), as bench/health_rates.py wrote
-    them in bench/results/health_rates_heldout.json."""
+    held-out curves recorded after the rules were frozen (tiny model, the default eval
+    cadence), as bench/health_rates.py wrote them."""
     import sys
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "bench"))
-    from health_rates import DEFAULT_EVERY, docs_cells
+    from health_rates import DEFAULT_EVERY, FROZEN_FIRST_SEED, docs_cells, rates_path
 
-    rates = json.loads((root / "bench" / "results" / "health_rates_heldout.json").read_text())
+    rates = json.loads(rates_path("heldout", FROZEN_FIRST_SEED).read_text())
     tiny = rates["models"]["tiny"][str(DEFAULT_EVERY)]["defaults"]
     page = (root / "docs" / "health.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
