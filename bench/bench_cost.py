@@ -84,6 +84,7 @@ class Policy:
     max_seeds: int = 5
     level: float = 0.75  # forecast_level
     warmup: int = 1  # pruner_warmup_steps
+    min_difference: float | None = None  # hydra.sweeper.min_difference (None: eval stderr)
 
     @property
     def race(self) -> bool:
@@ -112,6 +113,17 @@ POLICIES = (
     Policy("racing_max3", "auto", max_seeds=3),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
+)
+# Variants of ours, replayed on the calibration part to choose a default (bench/COST.md,
+# "Choosing a default on the calibration part"); named with --policies, not run by default.
+VARIANTS = (
+    Policy("ours_l90", "auto", "forecast", health=True, level=0.9),
+    Policy("health_racing", "auto", health=True),
+    Policy("ours_md0", "auto", "forecast", health=True, min_difference=0.0),
+    Policy("ours_max3_md0", "auto", "forecast", health=True, max_seeds=3, min_difference=0.0),
+    Policy("ours_max3_l90", "auto", "forecast", health=True, max_seeds=3, level=0.9),
+    Policy("ours_max3_l95", "auto", "forecast", health=True, max_seeds=3, level=0.95),
+    Policy("health_racing_max3", "auto", health=True, max_seeds=3),
 )
 BASELINE = "fixed3"
 
@@ -407,7 +419,14 @@ class Sweep:
         if self.policy.race and flight.phase != "broken":
             trials = self.study.get_trials(deepcopy=False)
             me = self.study._storage.get_trial(flight.trial._trial_id)
-            step = racing.look(trials, me, self.policy.max_seeds, True, True, None)
+            step = racing.look(
+                trials,
+                me,
+                self.policy.max_seeds,
+                True,
+                True,
+                self.policy.min_difference,
+            )
             if step.action == racing.SEED:
                 flight.phase = "training"
                 flight.seeds.append(max(flight.seeds) + 1)
@@ -844,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         help="racing truths (final values only) as FILE:MAX_STEPS",
     )
     p.add_argument("--eval-every", type=int, default=10, help="the sweep's eval cadence")
-    p.add_argument("--policies", nargs="+", default=[q.name for q in POLICIES])
+    p.add_argument("--policies", nargs="+", default=[q.name for q in POLICIES])  # or VARIANTS
     p.add_argument("--repetitions", type=int, default=100)
     p.add_argument("--seed", type=int, nargs="+", default=[0])
     p.add_argument("--out", help="file name under bench/results (default: cost_<name>.json)")
@@ -869,10 +888,11 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(body, indent=1) + "\n")
         print(f"wrote {path}")
         return 0 if all(c["same"] for c in checks) else 1
-    chosen = [q for q in POLICIES if q.name in args.policies]
-    unknown = set(args.policies) - {q.name for q in POLICIES}
+    known = (*POLICIES, *VARIANTS)
+    chosen = [q for q in known if q.name in args.policies]
+    unknown = set(args.policies) - {q.name for q in known}
     if unknown:
-        p.error(f"--policies {' '.join(sorted(unknown))}: not among {[q.name for q in POLICIES]}")
+        p.error(f"--policies {' '.join(sorted(unknown))}: not among {[q.name for q in known]}")
     paths = [f for pattern in args.curves for f in sorted(glob.glob(pattern))]
     if args.curves and not paths:
         p.error(f"--curves {' '.join(args.curves)}: no file matches")

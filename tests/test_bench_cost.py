@@ -13,6 +13,7 @@ import pytest
 
 from analysis import forecast
 from records.metrics import EVAL_REWARD, stderr_of
+from records.sweep import TrialAttr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_cost as bc  # noqa: E402  (bench/ is scripts, not a package)
@@ -203,3 +204,17 @@ def test_a_one_seed_verdict_without_an_eval_stderr_decides_nothing():
     got = bc.outcome(bc.Sweep(p, bc.Policy("fixed1", 1), ["a", "b"], [0], "s", 2).run())
     assert got["pick"] == "a" and got["decided"] == [] and got["tied"] == []
     assert got["trial_steps"] == 2 * 4
+
+
+def test_a_policy_s_min_difference_reaches_the_race():
+    """A variant's hydra.sweeper.min_difference is the race's: at 0.5, two configurations
+    within 0.1 of each other are tied for good at their first look."""
+    base = [0.50, 0.53, 0.51, 0.54, 0.50]
+    p = pool(a=[flat(v) for v in base], b=[flat(v - 0.01) for v in reversed(base)])
+    order = [0, 1, 2, 3, 4]
+    default = bc.Sweep(p, bc.Policy("r", "auto"), ["a", "b"], order, "s", 2).run()
+    coarse = bc.Sweep(p, bc.Policy("r", "auto", min_difference=0.5), ["a", "b"], order, "s", 2)
+    races = [t.user_attrs[TrialAttr.RACE] for t in coarse.run().trials]
+    assert bc.outcome(default)["trial_steps"] > 2 * 2 * 4
+    assert bc.outcome(coarse.study)["seeds"] == {"a": 2, "b": 2}
+    assert all("below min_difference=0.5" in r for r in races)

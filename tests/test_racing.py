@@ -190,6 +190,22 @@ def test_the_leader_races_while_a_rival_is_close_and_holds_for_configurations_to
     assert step.action == STOP and step.why == "separated from every other after 2 seeds"
 
 
+def test_a_leader_tied_with_a_better_seeded_rival_gets_seeds_until_it_has_as_many():
+    # t0 leads on 2 seeds (mean 0.42) a rival tied with it on 3 (0.41): a lucky pair of seeds
+    # would otherwise be the pick (bench/COST.md: 3x the regret where the pick had fewer seeds)
+    rival = Entry("t1", (0.39, 0.43, 0.41))
+    step = decide(Entry("t0", (0.40, 0.44)), [rival], 4, True, False)
+    assert step.action == SEED
+    assert step.why == "2 seeds; leads t1, not separated, on fewer seeds than its 3"
+    # on as many seeds, the same tie stops it (see the tie test above) ...
+    assert decide(Entry("t0", (0.40, 0.44, 0.42)), [rival], 4, True, False).action == STOP
+    # ... unless configurations are still to come, which may make it race on: it holds
+    step = decide(Entry("t0", (0.40, 0.44, 0.42)), [rival], 4, True, True)
+    assert (
+        step.action == HOLD and step.why == "3 seeds; leads the configurations known so far, tied"
+    )
+
+
 def test_minimizing_eliminates_the_larger():
     step = decide(Entry("t1", (0.50, 0.52)), [Entry("t0", (0.30, 0.31))], 5, False, False)
     assert step.action == STOP and "eliminated" in step.why

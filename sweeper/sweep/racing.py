@@ -28,6 +28,11 @@ luck decides. Then exactly one of:
   - cap: it has max_seeds seeds -> no more seeds;
   - separated: the leader is better than every other contender -> no more seeds;
   - otherwise it gets one more seed at once (no lane waits for a round to end).
+The leader is the verdict's pick, so it is not left on fewer seeds than a rival it is not
+separated from (it gets one more, under the cap), and in a grid it holds while configurations
+are still to come rather than stop as tied: replays where the pick had fewer seeds than a
+tied rival had 3x the regret (a lucky pair of seeds, e.g. an unstable lr), and with this
+rule racing's regret fell below a seeds=3 grid's (bench/COST.md, "The default").
 
 Why the configuration's trial is told once, when its race ends: an Optuna trial's value
 cannot change after it completes, and TPE should learn the configuration's mean, not each
@@ -109,6 +114,13 @@ def decide(
             )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
     undecided = [o for o in rivals if not judge.difference(me, o, level).excludes_zero]
+    more_seeded = [o for o in undecided if len(o.values) > n] if leader is me else []
+    if more_seeded and n < max_seeds:
+        o = more_seeded[0]
+        return Step(
+            SEED,
+            f"{n} seeds; leads {o.label}, not separated, on fewer seeds than its {len(o.values)}",
+        )
     if n >= max_seeds:
         ties = ", ".join(o.label for o in undecided)
         tied = f", tied with {ties}" if ties else ""
@@ -117,6 +129,8 @@ def decide(
     hopeful = [o for o in undecided if not futile[o.label]]
     if hopeful:
         return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
+    if undecided and leader is me and more_to_come:
+        return Step(HOLD, f"{n} seeds; leads the configurations known so far, tied")
     if undecided:
         o = undecided[0]
         return Step(STOP, f"tied with {o.label} after {n} seeds: {futile[o.label]}")
