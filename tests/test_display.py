@@ -8,9 +8,11 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from analysis.text import trial_note
+from records.sweep import Replicate, State, TrialAttr, replicate_key
 from sweeper.results.display import (
     OverLiveLine,
     TrialLine,
+    cost_line,
     end_line,
     short,
     trials_run_here,
@@ -87,3 +89,33 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first():
     record = logging.LogRecord("trainer", logging.WARNING, "", 0, "t0 warning: %s", ("x",), None)
     inner = logging.Formatter("[%(levelname)s] - %(message)s")
     assert OverLiveLine(inner).format(record) == "\r\x1b[K[WARNING] - t0 warning: x"
+
+
+def _spent(steps_by_seed: dict[int, int], params: dict | None = None) -> FrozenTrial:
+    runs = {
+        replicate_key(seed): Replicate(
+            seed, State.COMPLETE, 0.3, None, steps, None, "", None
+        ).as_attr()
+        for seed, steps in steps_by_seed.items()
+    }
+    steps = sum(steps_by_seed.values())
+    dists = {k: IntDistribution(1, 100) for k in params or {}}
+    return create_trial(
+        value=0.3, params=params or {}, distributions=dists,
+        user_attrs={TrialAttr.STEPS_RUN: steps, **runs},
+    )  # fmt: skip
+
+
+def test_a_grid_sweep_s_cost_is_its_training_steps_against_a_three_seed_grid():
+    # 3 configurations of 50 steps: a 3-seed grid takes 450; raced 50+50, 50+50+50, and one
+    # pruned at step 20 of its first seed: 270 steps in 6 runs, 60%
+    trials = [_spent({0: 50, 1: 50}), _spent({0: 50, 1: 50, 2: 50}), _spent({0: 20})]
+    assert cost_line(trials, 50) == (
+        "Cost: 270 training steps in 6 runs, 60% of the 450 a 3-seed grid takes."
+    )
+    # a swept max_steps is each configuration's own
+    mixed = [_spent({0: 10}, {"max_steps": 10}), _spent({0: 30}, {"max_steps": 30})]
+    assert (
+        cost_line(mixed, 50)
+        == "Cost: 40 training steps in 2 runs, 33% of the 120 a 3-seed grid takes."
+    )

@@ -88,6 +88,9 @@ def test_the_readme_workflow_runs_as_written(tmp_path):
     assert "\r" not in terminal and "Training 2 steps" not in terminal
     assert sum(f"[sweep {study}] t{n} " in terminal for n in range(4)) == 4
     assert "Best: t" in main.stdout
+    # what the verdict cost, against the 3-seed grid a careful paper would run
+    cost = r"Cost: [\d,]+ training steps in 4 runs, \d+% of the [\d,]+ a 3-seed grid takes\."
+    assert re.search(cost, main.stdout), main.stdout
 
     tuned = bash(f"{TUNED_SWEEP} {TINY}", tmp_path, STUDY=study)
     other = study_of(tuned)

@@ -27,7 +27,7 @@ from analysis.verdict import (
     interval_cells,
 )
 from records.metrics import REWARD
-from records.sweep import StudyAttr, TrialAttr, best_trial, is_interrupted
+from records.sweep import StudyAttr, TrialAttr, best_trial, is_interrupted, replicates
 
 
 @dataclass
@@ -229,6 +229,21 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
     )
     rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
     return text_table([header, *rows]) + "\n\n" + verdict.text
+
+
+# The plain grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
+# papers run (bench/COST.md measures the default race against it).
+GRID_SEEDS = 3
+
+
+def cost_line(trials: list[FrozenTrial], max_steps: int) -> str:
+    """What a grid sweep spent, in training steps over every seed and configuration, against
+    a plain grid of GRID_SEEDS seeds of the same configurations."""
+    spent = sum(int(t.user_attrs.get(TrialAttr.STEPS_RUN) or 0) for t in trials)
+    runs = sum(len(replicates(t)) for t in trials)
+    full = sum(GRID_SEEDS * int(t.params.get("max_steps", max_steps)) for t in trials)
+    share = f", {spent / full:.0%} of the {full:,} a {GRID_SEEDS}-seed grid takes" if full else ""
+    return f"Cost: {spent:,} training steps in {runs} runs{share}."
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:

@@ -159,7 +159,10 @@ class SweepRunner:
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
-        print("\n".join([final_table(study, verdict), *(["", *link] if link else [])]), flush=True)
+        table = final_table(study, verdict)
+        if self.search_sampler.is_grid:
+            table += "\n" + display.cost_line(trials, self.config.max_steps)
+        print("\n".join([table, *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
         if (line := f"{line}; {stopped}" if stopped else line) != self.last_progress:

@@ -31,7 +31,7 @@ luck decides. Then exactly one of:
 The leader is the verdict's pick, so it is not left on fewer seeds than a rival it is not
 separated from (it gets one more, under the cap), and in a grid it holds while configurations
 are still to come rather than stop as tied: replays where the pick had fewer seeds than a
-tied rival had 3x the regret (a lucky pair of seeds, e.g. an unstable lr), and with this
+tied rival had 3x the regret (a close runner-up whose first seeds drew high), and with this
 rule racing's regret fell below a seeds=3 grid's (bench/COST.md, "The default").
 
 Why the configuration's trial is told once, when its race ends: an Optuna trial's value
