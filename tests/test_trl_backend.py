@@ -168,9 +168,14 @@ def _mlflow(cwd: Path) -> MlflowClient:
 
 
 def _sweep_and_check(
-    cwd: Path, *extra: str, shape: list[str] = SMALL, low: float = LOW, early: int = 3
+    cwd: Path,
+    *extra: str,
+    shape: list[str] = SMALL,
+    low: float = LOW,
+    early: int = 3,
+    timeout: int = 600,
 ) -> None:
-    result = run_sweep(cwd, f"lr={low},{COLLAPSING}", *shape, *extra)
+    result = run_sweep(cwd, f"lr={low},{COLLAPSING}", *shape, *extra, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     study = study_in(cwd)
     states = {t.params["lr"]: t for t in study.trials}
@@ -210,6 +215,7 @@ def test_sweep_on_trl_prunes_the_collapsing_lr_and_gives_a_verdict(tmp_path):
 @needs_trl
 @pytest.mark.slow
 @pytest.mark.real_model
+@pytest.mark.timeout(1800)  # a hang guard: beside another test on 2 cores its sweep took 10 min+
 def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
     # A quarter of SMALL's rollouts: SmolLM2 on TRL costs seconds a completion on a
     # 2-core CPU; at this batch lr=3e-2's post-update KL passes the bound from step 3 (5
@@ -226,6 +232,7 @@ def test_sweep_on_trl_with_smollm2(tmp_path, smollm2):
         shape=shape,
         low=3e-4,
         early=5,
+        timeout=1500,  # alone about 3 min; beside CI's other worker on 2 AMD cores, 10 min+
     )
 
 
