@@ -115,7 +115,7 @@ POLICIES = (
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
 )
 # Variants of ours, replayed on the calibration part to choose a default (bench/COST.md,
-# "Choosing a default on the calibration part"); named with --policies, not run by default.
+# "The default"); named with --policies, not run by default.
 VARIANTS = (
     Policy("ours_l90", "auto", "forecast", health=True, level=0.9),
     Policy("health_racing", "auto", health=True),
