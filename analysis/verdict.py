@@ -301,9 +301,13 @@ def _more_needed(
 
 
 def race_line(configs: Sequence[Config], max_seeds: int) -> str:
-    """How many runs each configuration got and why, best first."""
+    """How many runs each configuration got and why it stopped, best first. The why's headline
+    only (before its first colon): the evidence behind it, on the trial's `race` record, its
+    MLflow run and the sweep's live line, made this one line unreadable at four configurations."""
     runs = sum(len(c.seeds) for c in configs)
-    each = "; ".join(f"{c.label} {len(c.seeds)} ({c.race or 'no race record'})" for c in configs)
+    each = "; ".join(
+        f"{c.label} {len(c.seeds)} ({c.race.split(':')[0] or 'no race record'})" for c in configs
+    )
     fixed = len(configs) * max_seeds
     return (
         f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "

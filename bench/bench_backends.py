@@ -38,7 +38,7 @@ def one_sweep(backend: str, steps: int, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as cwd:
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db"}
         args = [*GRID, f"backend={backend}", f"max_steps={steps}", f"eval_every={steps // 2}"]
-        args += ["batch_size=8", *extra]
+        args += ["batch_size=8", "hydra.sweeper.seeds=1", *extra]  # one run a point, as recorded
         start = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "sweeper", "-m", *args],

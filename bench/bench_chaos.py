@@ -54,6 +54,8 @@ RESULTS = Path(__file__).parent / "results"
 GRID = ["lr=5e-4,1e-3,2e-3,4e-3", "group_size=2,4", "batch_size=2,4"]
 TRAINING = ["save_every=3", "eval_every=0", "task.eval_size=16"]
 SWEEP = ["hydra.sweeper.heartbeat_interval=3"]  # the default health rules: on
+# one run a point, as the recorded rounds ran: racing is not what chaos tests
+SWEEP += ["hydra.sweeper.seeds=1"]
 SWEEP += ["hydra.sweeper.grace_period=20", "hydra.sweeper.db_retry_seconds=300"]
 GRACE_S = 20
 PAUSE_S = 30  # longer than the grace: every running trial's heartbeat looks stale at once

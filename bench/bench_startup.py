@@ -104,8 +104,9 @@ def first_sweep(code: Path, first_step_only: bool = False) -> dict[str, float | 
 
 
 def training_line(cwd: str) -> str | None:
-    """The first trial's "Training N steps" log line (its time stamp first), once written."""
-    for log in Path(cwd, "multirun").glob("*/*/t0/__main__.log"):
+    """The first trial's "Training N steps" log line (its time stamp first), once written:
+    its one run's (t0) or, with several seeds, its first seed's (t0-s0)."""
+    for log in sorted(Path(cwd, "multirun").glob("*/*/t0*/__main__.log")):
         for line in log.read_text().splitlines():
             if "] - Training " in line:
                 return line

@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
@@ -109,12 +109,23 @@ def sweep_env(cwd: Path) -> dict[str, str]:
     return {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri(cwd)}
 
 
+ONE_SEED = "hydra.sweeper.seeds=1"
+
+
+def one_seed_unless_named(args: Sequence[str]) -> list[str]:
+    """args with ONE_SEED added unless they name the seeds: a test that counts trials, runs or
+    steps pins the plain one-run grid it was written for; the default (seeds=auto, racing) has
+    tests of its own (test_racing_sweeps.py, the README's command in test_readme_commands.py)."""
+    named = any(a.startswith("hydra.sweeper.seeds=") for a in args)
+    return [*args] if named else [*args, ONE_SEED]
+
+
 def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.CompletedProcess:
-    """`python -m sweeper -m <args>` in cwd, with its own MLflow store there (popen's env, when
-    given, replaces sweep_env(cwd))."""
+    """`python -m sweeper -m <args>` in cwd (one seed unless args name the seeds), with its own
+    MLflow store there (popen's env, when given, replaces sweep_env(cwd))."""
     popen.setdefault("env", sweep_env(cwd))
     return subprocess.run(
-        [sys.executable, "-m", "sweeper", "-m", *args],
+        [sys.executable, "-m", "sweeper", "-m", *one_seed_unless_named(args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -124,9 +135,10 @@ def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.
 
 
 def start_sweep(cwd: Path, *args: str, **popen) -> subprocess.Popen:
-    """`python -m sweeper -m <args>` started in cwd with its own MLflow store, not awaited;
-    its output as text, to wherever popen's stdout and stderr send it."""
-    command = [sys.executable, "-m", "sweeper", "-m", *args]
+    """`python -m sweeper -m <args>` started in cwd (one seed unless args name the seeds) with
+    its own MLflow store, not awaited; its output as text, to wherever popen's stdout and stderr
+    send it."""
+    command = [sys.executable, "-m", "sweeper", "-m", *one_seed_unless_named(args)]
     return subprocess.Popen(command, cwd=cwd, env=sweep_env(cwd), text=True, **popen)
 
 

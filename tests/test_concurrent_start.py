@@ -14,6 +14,7 @@ from collections import Counter
 
 import optuna
 import pytest
+from conftest import one_seed_unless_named
 from mlflow.tracking import MlflowClient
 
 from records.database import SCHEMA_BARRIER_ENV
@@ -34,7 +35,7 @@ def test_workers_started_together_on_fresh_stores_all_join_one_study(tmp_path, a
     env[SCHEMA_BARRIER_ENV] = f"{barrier}:{WORKERS}"
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "sweeper", "-m", *GRID],
+            [sys.executable, "-m", "sweeper", "-m", *one_seed_unless_named(GRID)],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,

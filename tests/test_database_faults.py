@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import sweep_env
+from conftest import ONE_SEED, one_seed_unless_named, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
@@ -34,7 +34,8 @@ GRID = ["group_size=2,4", "lr=1e-3,2e-3"]
 def start(cwd: Path, storage: str, tracking: str, *args: str, env: dict | None = None):
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={storage}", *args],
+        [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={storage}"]
+        + one_seed_unless_named(args),
         cwd=cwd,
         env={**os.environ, "MLFLOW_TRACKING_URI": tracking, **(env or {})},
         stdout=subprocess.DEVNULL,
@@ -230,7 +231,7 @@ def test_a_run_that_kills_its_worker_is_retried_then_fails_with_the_reason(tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=joblib", "group_size=2",
          "task._target_=killer.KillsItsWorker", "max_steps=2", *TINY,
-         "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1"],
+         "hydra.sweeper.max_lost_in_a_row=2", "hydra.sweeper.max_failure_rate=1", ONE_SEED],
         cwd=tmp_path,
         env={**sweep_env(tmp_path),
              "PYTHONPATH": _with_path(tmp_path)},

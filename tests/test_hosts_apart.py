@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import one_seed_unless_named
 from mlflow.tracking import MlflowClient
 from net_hosts import SERVER_KEEPALIVES, faketime_missing, hosts_apart, skewed, unavailable
 from net_hosts import url_from as host_url
@@ -98,7 +99,7 @@ def test_a_sweep_over_hosts_apart_survives_a_cut_link_and_a_skewed_clock(tmp_pat
 def sweep_over_hosts(server, hosts, root: Path) -> None:
     for name in ("optuna", "mlflow", "ref_optuna", "ref_mlflow"):
         server.database(name)
-    args = [*GRID, *TRAINING, *SWEEP]
+    args = one_seed_unless_named([*GRID, *TRAINING, *SWEEP])
     sweep = [sys.executable, "-m", "sweeper", "-m"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     workers = []

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ONE_SEED
 from pg_server import postgres  # noqa: F401  (fixture)
 from test_database_faults import TINY, assert_every_point_complete_once
 
@@ -55,7 +56,7 @@ def test_a_sweep_beside_another_mlflow_client_creating_the_store_completes(
     assert other.stdout.readline() == "creating\n"
     worker = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", f"hydra.sweeper.storage={storage}"]
-        + ["lr=1e-3", "max_steps=1", *TINY],
+        + ["lr=1e-3", "max_steps=1", *TINY, ONE_SEED],
         cwd=tmp_path,
         env={**os.environ, "MLFLOW_TRACKING_URI": tracking},
         timeout=600,

@@ -230,7 +230,7 @@ def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
     assert v.lines[-1] == (
         "Seeds raced (seeds=auto, max_seeds=3, each look at 97.50%): 6 training runs, where "
         "max_seeds for every configuration would take 6. t0 3 (reached max_seeds=3); "
-        "t1 3 (eliminated after 3 seeds: t0 is better by 0.2)."
+        "t1 3 (eliminated after 3 seeds)."
     )
     tied = verdict([_config("t0", (0.40, 0.44)), _config("t1", (0.38, 0.42))], True, 5)
     assert "are tied at this sample size" in tied.text

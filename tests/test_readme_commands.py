@@ -88,9 +88,14 @@ def test_the_readme_workflow_runs_as_written(tmp_path):
     assert "\r" not in terminal and "Training 2 steps" not in terminal
     assert sum(f"[sweep {study}] t{n} " in terminal for n in range(4)) == 4
     assert "Best: t" in main.stdout
-    # what the verdict cost, against the 3-seed grid a careful paper would run
-    cost = r"Cost: [\d,]+ training steps in 4 runs, \d+% of the [\d,]+ a 3-seed grid takes\."
-    assert re.search(cost, main.stdout), main.stdout
+    # raced by default: 2 to 5 seeds a configuration, and what the verdict cost against the
+    # 3-seed grid a careful paper would run
+    assert "seeds raced: 2 each" in terminal and "Seeds raced (seeds=auto, max_seeds=5" in terminal
+    runs = re.search(
+        r"Cost: [\d,]+ training steps in (\d+) runs, \d+% of the [\d,]+ a 3-seed grid takes\.",
+        main.stdout,
+    )
+    assert runs and 8 <= int(runs.group(1)) <= 20, main.stdout
 
     tuned = bash(f"{TUNED_SWEEP} {TINY}", tmp_path, STUDY=study)
     other = study_of(tuned)

@@ -15,7 +15,7 @@ from collections import Counter
 
 import optuna
 import pytest
-from conftest import free_port, sweep_env
+from conftest import ONE_SEED, free_port, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
@@ -167,7 +167,7 @@ def test_submitit_launcher_runs_trials_as_separate_jobs(tmp_path):
     env = sweep_env(tmp_path)
     command = [sys.executable, "-m", "sweeper", "-m", "hydra/launcher=submitit_local",
                "hydra.sweeper.n_jobs=2", "hydra.sweeper.study_name=submitit",
-               "group_size=2,4", "lr=2e-3", *TINY]  # fmt: skip
+               "group_size=2,4", "lr=2e-3", *TINY, ONE_SEED]  # fmt: skip
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )

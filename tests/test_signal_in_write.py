@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sweep, study_in, sweep_env
+from conftest import ONE_SEED, run_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from records.sweep import TrialAttr
@@ -25,7 +25,7 @@ HOLD_WRITE_ENV = "GRPO_SWEEPER_TEST_HOLD_WRITE"  # as tests/write_hook/sitecusto
 HOLD_S = 3  # a slow write: longer than a commit takes, shorter than the exit bound
 ARGS = ["lr=1e-3", "batch_size=4", "max_steps=20", "eval_every=0", "task.eval_size=16"]
 ARGS += ["save_every=3", "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
-ARGS += ["hydra.sweeper.health=[]"]
+ARGS += ["hydra.sweeper.health=[]", ONE_SEED]
 
 
 def _start_holding_a_write(cwd: Path, marker: Path, nth: int) -> subprocess.Popen:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import compose_conf, needs_trl, run_sweep, start_sweep, study_in, sweep_env
+from conftest import ONE_SEED, compose_conf, needs_trl, run_sweep, start_sweep, study_in, sweep_env
 from mlflow.tracking import MlflowClient
 
 from records.sweep import Role, State, StudyAttr, Tag, TrialAttr, replicates
@@ -251,7 +251,7 @@ def test_a_trl_style_reward_reads_its_rows_column_and_the_start_names_the_studys
         [sys.executable, "-m", "sweeper", "-m", "backend=trl", "task=jsonl", f"task.path={data}",
          "task.rewards=[{_target_:user_rewards.column_bonus,style:trl}]", "batch_size=4",
          "group_size=2", "max_steps=2", "eval_every=0",
-         "hydra.sweeper.health=[{name: mine, metric: no_such_metric}]"],
+         "hydra.sweeper.health=[{name: mine, metric: no_such_metric}]", ONE_SEED],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

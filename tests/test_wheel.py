@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ONE_SEED
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,9 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed, tmp_path
 def test_train_sweep_and_tuned_from_an_empty_directory(installed, tmp_path):
     trained = run(installed, tmp_path, "-m", "trainer", "max_steps=1", *TINY)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    swept = run(installed, tmp_path, "-m", "sweeper", "-m", "lr=1e-3,2e-3", "max_steps=1", *TINY)
+    swept = run(
+        installed, tmp_path, "-m", "sweeper", "-m", "lr=1e-3,2e-3", "max_steps=1", *TINY, ONE_SEED
+    )
     assert swept.returncode == 0, swept.stderr[-3000:]
     (tuned,) = (tmp_path / "tuned").glob("*.yaml")
     reused = run(installed, tmp_path, "-m", "trainer", f"+tuned={tuned.stem}", "max_steps=1")

@@ -34,7 +34,13 @@ def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
         study.set_user_attr(StudyAttr.STOPPED, "")  # run on: the stop no longer holds
         say(f"[sweep {name}] terminator=false: the study runs on past its stop")
     swept = " ".join(f"{p.key}={p.spec}" for p in plan.space.params.values()) or "defaults"
-    seeds = f" x {s.seeds} seeds" if s.seeds > 1 else ""
+    if s.race:
+        seeds = (
+            f", seeds raced: {s.seeds} each, then one more at a time while the verdict needs"
+            f" it (max {s.max_seeds})"
+        )
+    else:
+        seeds = f" x {s.seeds} seeds" if s.seeds > 1 else ""
     say(
         f"[sweep {name}] {search_sampler.name} over {swept}: {search_sampler.planned} trials{seeds}"
     )
