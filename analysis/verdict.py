@@ -216,7 +216,7 @@ def verdict(
     if len(best.config.values) == 1:
         lines.append(
             "With one seed the interval covers the eval's noise only, not run-to-run noise "
-            "(hydra.sweeper.seeds=3 measures that)."
+            "(hydra.sweeper.seeds=auto, the default, measures that)."
         )
     if len(ranked) == 1:
         lines.append("Only one configuration completed: nothing to compare it with.")

@@ -32,7 +32,7 @@ from analysis.plots import (
 )
 from analysis.text import breach_text
 from records.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
-from records.sweep import Role, StudyAttr, Tag, TrialAttr
+from records.sweep import Role, StudyAttr, Tag, TrialAttr, replicates
 from trainer.run.health import FORECAST, Breach, default_rules
 
 KL = "kl_sample_train_v2"
@@ -463,6 +463,7 @@ def test_best_renders_the_tuned_yaml_with_the_sweepers_renderer(
 
 @pytest.mark.slow
 def test_real_sweep_end_to_end(tmp_path: Path) -> None:
+    """The default sweep (its seeds raced), then every analysis command on its study."""
     env = sweep_env(tmp_path)
     sweep = [
         sys.executable,
@@ -518,4 +519,6 @@ def test_real_sweep_end_to_end(tmp_path: Path) -> None:
     rules = analysis("rules", "--eval-every", "2")
     assert rules.returncode == 0, rules.stderr
     assert f"study {study.study_name}, the study's rules:" in rules.stdout
-    assert "2 runs at eval_every=2:" in rules.stdout and "all together" in rules.stdout
+    runs = sum(len(replicates(t)) for t in study.trials)  # raced by default: 2+ seeds each
+    assert runs >= 4 and f"{runs} runs at eval_every=2:" in rules.stdout, rules.stdout
+    assert "all together" in rules.stdout
