@@ -279,12 +279,19 @@ def _lock_engine(url: str) -> Any:
 # Another client (an `mlflow server`, a notebook, optuna-dashboard) creating the same fresh
 # database's tables does not take our lock: its CREATE TABLE and ours race, and the loser
 # fails (a duplicate key in pg_type, "already exists"), or finds the tables made but not yet
-# migrated. Creation is then tried again, for this long at most, once the other is done.
+# migrated, or (SQLite, where DDL is not transactional) its alembic version moved on between
+# our read of it and our write ("expected to match one row"). Creation is then tried again,
+# for this long at most, once the other is done.
 SCHEMA_RACE_WINDOW_S = 60.0
 # SQLSTATEs of a creation that lost a race: unique_violation (pg_type_typname_nsp_index),
 # duplicate_table, duplicate_object, duplicate_column.
 _RACE_STATES = {"23505", "42P07", "42710", "42701"}
-_RACE_WORDS = ("already exists", "duplicate column", "out-of-date database schema")
+_RACE_WORDS = (
+    "already exists",
+    "duplicate column",
+    "out-of-date database schema",
+    "online migration expected to match one row",
+)
 
 
 def lost_schema_race(error: BaseException) -> bool:

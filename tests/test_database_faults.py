@@ -379,3 +379,40 @@ def test_a_metric_write_retried_after_an_outage_first_asks_whether_the_job_is_st
     assert asked.is_set()
     history = client.get_metric_history(run.run_id, "reward/mean")
     assert [m.step for m in history] == [0]
+
+
+def test_a_store_migrated_by_another_client_at_the_same_moment_is_opened(tmp_path, caplog):
+    """Another MLflow client (a monitoring script, a test's poll) creating the same fresh
+    SQLite store moves its alembic version on between our read of it and our write: MLflow's
+    migration then fails ("expected to match one row ... 0 found"; CI saw a worker die of
+    it). That is a race lost to another creator, and the store is opened once it is done."""
+    import sqlite3
+
+    import sqlalchemy
+
+    from records import tracking
+
+    url = f"sqlite:///{tmp_path}/mlflow.db"
+    taken: list[str] = []
+
+    def other_client_migrates_first(conn, cursor, statement, parameters, context, many):
+        # Our first version write of the migration, met by the other client's: the row now
+        # holds the revision we were about to write, so ours matches none.
+        if not taken and statement.startswith("UPDATE alembic_version"):
+            to_revision = statement.split("'")[1]  # SET version_num='<revision>' WHERE ...
+            with sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None) as other:
+                other.execute("UPDATE alembic_version SET version_num = ?", (to_revision,))
+            taken.append(to_revision)
+
+    sqlalchemy.event.listen(
+        sqlalchemy.engine.Engine, "before_cursor_execute", other_client_migrates_first
+    )
+    try:
+        client = tracking._database_client(url, window_s=None)
+    finally:
+        sqlalchemy.event.remove(
+            sqlalchemy.engine.Engine, "before_cursor_execute", other_client_migrates_first
+        )
+    assert taken  # the race happened
+    assert "another client is creating it" in caplog.text
+    assert client.search_experiments()[0].name == "Default"  # the store is there, at its head

@@ -196,8 +196,10 @@ def _training_run(cwd: Path) -> str | None:
     """The running trial's MLflow run once it has logged a step (None before)."""
     running = _running(cwd)
     run_id = running[0].user_attrs.get(TrialAttr.MLFLOW_RUN_ID) if running else None
+    if not run_id:  # not before the worker made the store: two creators race (the sweep copes)
+        return None
     client = MlflowClient(f"sqlite:///{cwd}/mlflow.db")
-    return run_id if run_id and client.get_metric_history(run_id, REWARD) else None
+    return run_id if client.get_metric_history(run_id, REWARD) else None
 
 
 def _running(cwd: Path) -> list:
