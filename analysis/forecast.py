@@ -2,22 +2,25 @@
 
 Pure (numpy only): the sweep's job asks it at every eval step when
 `hydra.sweeper.pruner=forecast` (sweeper/sweep/forecaster.py) and bench/bench_forecast.py replays it
-on recorded curves. Two parametric models, each fitted by weighted least squares on the curve
-so far (weights 1/stderr^2):
+on recorded curves. Four models of the curve so far (the fitted ones by weighted least
+squares, weights 1/stderr^2):
 
 - flat: the curve has settled, the final value is the weighted mean of its last half;
 - power: y(s) = a + b (s + 1)^-1/2, a power law in the step that keeps its trend (rising or
   falling) but flattens;
 - linear: y(s) = a + b s over the curve's last MIN_PRUNE_POINTS points, the trend kept at its
   recent rate: SmolLM2's best run climbed steadily to its last step, and the two flattening
-  models' bound lay under its final value in 0 of 10 forecasts (bench/FORECAST.md).
+  models' bound lay under its final value in 0 of 10 forecasts (bench/FORECAST.md);
+- peak: the run returns to the best eval training has taken it to (its baseline, the first
+  point, left out): RL curves dip and recover, and most forecasts the three models above
+  left under a held-out run's end were of a dip that recovered (bench/FORECAST.md).
 
 A sigmoid (ScaleRL's form) has 4 parameters and a curve here has 2-6 eval points: it is not
 identified, so it is not fitted. The interval comes from a parametric bootstrap: each eval
-value redrawn from N(value, stderr^2), both models refitted, plus the final eval's own noise.
+value redrawn from N(value, stderr^2), every model refitted, plus the final eval's own noise.
 The optimistic forecast is the highest of the models' upper quantiles, so a trial is cut
-only when no reading of its curve (settled, flattening, still climbing) can reach the
-incumbent. The bootstrap sees eval noise only; the model's own error is added as a conformal
+only when no reading of its curve (settled, flattening, still climbing, back at its peak)
+can reach the incumbent. The bootstrap sees eval noise only; the model's own error is added as a conformal
 correction: MODEL_ERROR, at each level the quantile of (final - bound) / horizon over the
 forecasts of the calibration curves (bench/bench_forecast.py --calibrate; horizon: the share
 of the run still to go), so the bound covers the final value at its level there. No forecast
@@ -33,6 +36,12 @@ from statistics import NormalDist
 
 import numpy as np
 
+OPTIMISTIC = (
+    "flat",
+    "power",
+    "linear",
+    "peak",
+)  # the models the optimistic bound is the highest of
 DRAWS = 400  # bootstrap redraws: the quantiles at level 0.9 move by < 0.005 beyond this
 MIN_STDERR = 0.02  # a mean of 0 (or 1) over problems has stderr 0; noise is never that small
 MIN_POINTS = 2  # the baseline and one eval after training started: a forecast to log
@@ -68,7 +77,7 @@ def forecast(
     final_step: int,
     level: float = 0.9,
     seed: int = 0,
-    models: Sequence[str] = ("flat", "power", "linear"),
+    models: Sequence[str] = OPTIMISTIC,
     corrected: bool = True,
 ) -> Forecast | None:
     """The forecast at `final_step` from the curve so far, or None with too few points.
@@ -130,9 +139,15 @@ def linear(x: np.ndarray, y: np.ndarray, se: np.ndarray, final_step: int) -> flo
     return float(a + b * final_step)
 
 
-MODELS = {"flat": flat, "power": power, "linear": linear}
+def peak(x: np.ndarray, y: np.ndarray, se: np.ndarray, final_step: int) -> float:
+    """The highest eval after the first point (the baseline, before training moved it)."""
+    return float(np.max(y[1:]))
+
+
+MODELS = {"flat": flat, "power": power, "linear": linear, "peak": peak}
 # The predicted value (Forecast.mean) is the higher of the models that flatten; a line kept at
-# its recent rate is an optimistic reading only (it passes 1 for a climbing reward).
+# its recent rate and a return to the peak are optimistic readings only (a line passes 1 for
+# a climbing reward).
 CENTRAL = ("flat", "power")
 
 

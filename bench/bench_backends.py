@@ -97,7 +97,7 @@ def main() -> None:
     out = {
         "grid": GRID,
         "steps": a.steps,
-        "model": a.model_path or "tiny",
+        "model": Path(a.model_path).name if a.model_path else "tiny",  # no machine's path
         "machine": machine(a.note),
         "summary": summary,
         "runs": runs,

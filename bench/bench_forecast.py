@@ -114,7 +114,8 @@ VARIANTS = (
     ("flat+power, noise only, from 2 points (before)", ("flat", "power"), 2, False),
     ("flat+power, noise only, from 3 points", ("flat", "power"), 3, False),
     ("flat+power+linear, noise only, from 3 points", ("flat", "power", "linear"), 3, False),
-    ("flat+power+linear + conformal, from 3 points (now)", ("flat", "power", "linear"), 3, True),
+    ("flat+power+linear + conformal, from 3 points", ("flat", "power", "linear"), 3, True),
+    ("flat+power+linear+peak + conformal, from 3 points (now)", forecast.OPTIMISTIC, 3, True),
 )
 
 
@@ -149,11 +150,11 @@ def calibrate(curves) -> dict[float, float]:
     return out
 
 
-def coverage(curves) -> dict:
+def coverage(curves, variants=VARIANTS) -> dict:
     out = {}
     for level in LEVELS:
         out[str(level)] = {}
-        for name, models, points, corrected in VARIANTS:
+        for name, models, points, corrected in variants:
             got = forecasts(curves, level, models, points, corrected)
             out[str(level)][name] = [int(sum(high >= final for final, high, _ in got)), len(got)]
     return out
@@ -182,6 +183,7 @@ def main() -> None:
     p.add_argument("--out", help="file name under bench/results (default: by level)")
     p.add_argument("--calibrate", action="store_true", help="print MODEL_ERROR from the curves")
     p.add_argument("--coverage", action="store_true", help="write forecast_coverage.json")
+    p.add_argument("--last", type=int, default=len(VARIANTS), help="--coverage: last N variants")
     args = p.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sizes = {"smollm2": 64}  # eval problems where a file's curves logged none
@@ -199,7 +201,7 @@ def main() -> None:
         print(f"MODEL_ERROR = {calibrate(merged)}")
         return
     if args.coverage:
-        out = {p.name: coverage(curves) for p, curves in load.items()}
+        out = {p.name: coverage(curves, VARIANTS[-args.last :]) for p, curves in load.items()}
         for name, by_level in out.items():
             for level, rows in by_level.items():
                 for variant, (hit, n) in rows.items():

@@ -91,6 +91,15 @@ def overrides(run: dict, args: argparse.Namespace) -> list[str]:
     ]
 
 
+# Where the real model was built differs by machine; the file names what it is instead.
+BUILT_MODEL = "model.path=<SmolLM2-135M-Instruct, built by tests/real_model.py>"
+
+
+def recorded(override: str) -> str:
+    """An override as the run's file keeps it: no machine's path."""
+    return BUILT_MODEL if override.startswith("model.path=") else override
+
+
 def compact(value: object) -> object:
     """A metric as JSON: 5 significant digits; NaN/inf as strings."""
     if isinstance(value, float):
@@ -127,7 +136,7 @@ def record(run: dict, args: argparse.Namespace, path: Path) -> dict:
         "heldout_metric": HELDOUT_METRIC.get(run["task"], DEFAULT_METRIC),
         "eval_size": eval_size,
         "eval_every": args.eval_every,
-        "overrides": overrides(run, args),
+        "overrides": [recorded(o) for o in overrides(run, args)],
         "error": error,
         "wall_s": round(wall, 1),
         "machine": machine(

@@ -87,6 +87,18 @@ def test_a_steady_climb_keeps_its_rate_in_the_optimistic_bound():
     assert fc.model_error(0.75) >= 0 and fc.model_error(0.99) == fc.model_error(0.95)
 
 
+def test_a_dip_keeps_the_peak_training_reached_in_the_optimistic_bound():
+    # SmolLM2 at lr=3e-3 (held-out seed 3): 0.453 at its baseline, up to 0.641, down to 0.312,
+    # and it ended at 0.641. The peak leaves the baseline out: it is 0.641, not 0.7 below.
+    x = fc.np.array([0.0, 2.0, 4.0, 6.0, 8.0])
+    y, se = fc.np.array([0.453, 0.484, 0.641, 0.562, 0.312]), fc.np.full(5, 0.06)
+    assert fc.peak(x, y, se, 12) == pytest.approx(0.641)
+    assert fc.peak(x, fc.np.array([0.7, 0.2, 0.3]), se[:3], 12) == pytest.approx(0.3)
+    three = fc.forecast(x, y, se, 12, 0.95, 0, ("flat", "power", "linear"))
+    four = fc.forecast(x, y, se, 12, 0.95)
+    assert three.high < 0.641 < four.high and three.mean == four.mean  # peak: optimistic only
+
+
 def test_pooled_stderr_over_seeds():
     assert fc.pooled_stderr([0.03, 0.04]) == pytest.approx(0.025)  # sqrt(0.0025) / 2
     assert fc.pooled_stderr([None]) is None
