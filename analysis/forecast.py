@@ -12,19 +12,20 @@ squares, weights 1/stderr^2):
   recent rate: SmolLM2's best run climbed steadily to its last step, and the two flattening
   models' bound lay under its final value in 0 of 10 forecasts (bench/FORECAST.md);
 - peak: the run returns to the best eval training has taken it to (its baseline, the first
-  point, left out): RL curves dip and recover, and most forecasts the three models above
-  left under a held-out run's end were of a dip that recovered (bench/FORECAST.md).
+  point, left out): RL curves dip and recover, and every forecast the three models above left
+  under a calibration run's end at level 0.95 was of a curve that fell and came back
+  (bench/FORECAST.md).
 
 A sigmoid (ScaleRL's form) has 4 parameters and a curve here has 2-6 eval points: it is not
 identified, so it is not fitted. The interval comes from a parametric bootstrap: each eval
 value redrawn from N(value, stderr^2), every model refitted, plus the final eval's own noise.
 The optimistic forecast is the highest of the models' upper quantiles, so a trial is cut
 only when no reading of its curve (settled, flattening, still climbing, back at its peak)
-can reach the incumbent. The bootstrap sees eval noise only; the model's own error is added as a conformal
-correction: MODEL_ERROR, at each level the quantile of (final - bound) / horizon over the
-forecasts of the calibration curves (bench/bench_forecast.py --calibrate; horizon: the share
-of the run still to go), so the bound covers the final value at its level there. No forecast
-prunes before MIN_PRUNE_POINTS eval points (cannot_win).
+can reach the incumbent. The bootstrap sees eval noise only; the model's own error is added
+as a conformal correction: MODEL_ERROR, at each level the quantile of (final - bound) /
+horizon over the forecasts of the calibration curves (bench/bench_forecast.py --calibrate;
+horizon: the share of the run still to go), so the bound covers the final value at its level
+there. No forecast prunes before MIN_PRUNE_POINTS eval points (cannot_win).
 """
 
 from __future__ import annotations
@@ -36,12 +37,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-OPTIMISTIC = (
-    "flat",
-    "power",
-    "linear",
-    "peak",
-)  # the models the optimistic bound is the highest of
+# The models the optimistic bound is the highest of.
+OPTIMISTIC = ("flat", "power", "linear", "peak")
 DRAWS = 400  # bootstrap redraws: the quantiles at level 0.9 move by < 0.005 beyond this
 MIN_STDERR = 0.02  # a mean of 0 (or 1) over problems has stderr 0; noise is never that small
 MIN_POINTS = 2  # the baseline and one eval after training started: a forecast to log

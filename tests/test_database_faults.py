@@ -408,7 +408,7 @@ def test_a_store_migrated_by_another_client_at_the_same_moment_is_opened(tmp_pat
         sqlalchemy.engine.Engine, "before_cursor_execute", other_client_migrates_first
     )
     try:
-        client = tracking._database_client(url, window_s=None)
+        client = tracking.tracking_client(url)
     finally:
         sqlalchemy.event.remove(
             sqlalchemy.engine.Engine, "before_cursor_execute", other_client_migrates_first

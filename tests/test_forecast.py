@@ -89,7 +89,8 @@ def test_a_steady_climb_keeps_its_rate_in_the_optimistic_bound():
 
 def test_a_dip_keeps_the_peak_training_reached_in_the_optimistic_bound():
     # SmolLM2 at lr=3e-3 (held-out seed 3): 0.453 at its baseline, up to 0.641, down to 0.312,
-    # and it ended at 0.641. The peak leaves the baseline out: it is 0.641, not 0.7 below.
+    # and it ended at 0.641. The peak leaves the baseline out: a run that only fell from its
+    # start (0.7, 0.2, 0.3) peaks at 0.3.
     x = fc.np.array([0.0, 2.0, 4.0, 6.0, 8.0])
     y, se = fc.np.array([0.453, 0.484, 0.641, 0.562, 0.312]), fc.np.full(5, 0.06)
     assert fc.peak(x, y, se, 12) == pytest.approx(0.641)
