@@ -52,6 +52,8 @@ DECIDED_FACTOR = 4
 # its one-sided FUTILITY_LEVEL upper confidence bound (difference_bound), could not be
 # separated within max_seeds, or is below the minimal difference that counts: two seeds'
 # observed difference is mostly noise, and judging futility on it abandoned real differences.
+# The same bound stops a configuration that could not beat the leader by the minimal difference
+# (reversal_bound): a futility stop, which a verdict's error rate does not spend.
 FUTILITY_LEVEL = 0.95
 
 
@@ -197,9 +199,19 @@ def decided_level(max_seeds: int, configurations: int = 2) -> float:
 def difference_bound(diff: Interval, level: float = FUTILITY_LEVEL) -> float:
     """|difference| + t(df, one-sided level) x its standard error: the largest difference the
     seeds so far make plausible (inf when there is no spread to judge by)."""
+    return abs(diff.estimate) + _one_sided_margin(diff, level)
+
+
+def reversal_bound(diff: Interval, level: float = FUTILITY_LEVEL) -> float:
+    """-difference + t(df, one-sided level) x its standard error: for a difference a - b, the
+    most b can plausibly be better than a by (inf when there is no spread to judge by)."""
+    return -diff.estimate + _one_sided_margin(diff, level)
+
+
+def _one_sided_margin(diff: Interval, level: float) -> float:
     if not (diff.df > 0 and math.isfinite(diff.se)):
         return math.inf
-    return abs(diff.estimate) + float(_scipy_stats().t.ppf(level, diff.df)) * diff.se
+    return float(_scipy_stats().t.ppf(level, diff.df)) * diff.se
 
 
 def seeds_to_separate(

@@ -99,8 +99,11 @@ def test_the_optimistic_difference_is_the_upper_confidence_bound_of_the_gap():
     # n=2: t(2, 0.99375) 8.860 x 0.028284 = 0.2506 > 0.1826; n=3 (df 4): 4.315 x 0.028284 x
     # 0.8165 = 0.0996 < 0.1826
     assert seeds_to_separate((0.40, 0.44), (0.30, 0.34), LEVEL_5, pool, bound) == 3
+    # the most the second could be better by: -0.10 + 0.08259 = -0.01741
+    assert stats.reversal_bound(gap, 0.95) == pytest.approx(-0.01741, abs=1e-5)
     none = stats.pooled_difference((0.4, 0.5), (0.3,), stats.pooled_variance([]))
     assert stats.difference_bound(none) == float("inf")
+    assert stats.reversal_bound(none) == float("inf")
 
 
 def test_the_default_difference_that_counts_is_the_eval_stderr_over_the_seeds_run():
@@ -142,6 +145,23 @@ def test_the_race_pairs_by_seed_where_the_configurations_share_seeds():
     assert decide(unpaired[0], unpaired[1:], 5, True, False).action == SEED
 
 
+def test_one_that_cannot_beat_the_leader_by_the_difference_that_counts_stops():
+    # pooled 0.0008 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: sd 0.03957, the se of the
+    # difference at 2 seeds each; not eliminated (t(2, 0.99375) 8.860 x 0.03957 = 0.351 > 0.10).
+    # The most t1 can be better by: -0.10 + t(2, one-sided 95%) 2.9200 x 0.039574 = 0.01556
+    me, leader = Entry("t1", (0.30, 0.34)), Entry("t0", (0.40, 0.44))
+    assert decide(me, [leader], 5, True, False, min_difference=0.015).action == SEED
+    assert decide(me, [leader], 5, True, False, min_difference=0).action == SEED
+    step = decide(me, [leader], 5, True, False, min_difference=0.02)
+    assert step.action == STOP and step.why == (
+        "cannot beat t0 after 2 seeds: by at most 0.0156 (95% upper bound), below "
+        "min_difference=0.02"
+    )
+    # minimizing, the same values mirrored
+    worse, best = Entry("t1", (0.70, 0.66)), Entry("t0", (0.60, 0.56))
+    assert decide(worse, [best], 5, False, False, min_difference=0.02).why == step.why
+
+
 def test_a_contender_that_more_seeds_could_separate_gets_one_more():
     step = decide(Entry("t1", (0.30, 0.34)), [Entry("t0", (0.40, 0.44))], 5, True, False)
     assert step.action == SEED and "not yet separated from t0" in step.why
@@ -168,11 +188,15 @@ def test_two_seeds_keep_racing_unless_even_the_optimistic_difference_is_below_th
     # t(6, 0.99375) 3.521 x 0.03957 x 0.7071 = 0.0985 < 0.1356
     me, leader = Entry("t1", (0.38, 0.42)), Entry("t0", (0.40, 0.44))
     assert decide(me, [leader], 5, True, False).action == SEED
-    step = decide(me, [leader], 5, True, False, min_difference=0.2)
+    step = decide(leader, [me], 5, True, False, min_difference=0.2)
     assert step.action == STOP
     assert step.why == (
-        "tied with t0 after 2 seeds: the difference is at most 0.136 (95% upper bound), below "
+        "tied with t1 after 2 seeds: the difference is at most 0.136 (95% upper bound), below "
         "min_difference=0.2"
+    )
+    # the one behind stops sooner: it cannot beat the leader (-0.02 + 0.1156 < 0.2)
+    assert decide(me, [leader], 5, True, False, min_difference=0.2).why.startswith(
+        "cannot beat t0 after 2 seeds: by at most 0.0956"
     )
 
 
@@ -247,6 +271,19 @@ def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
     assert close.lines[-1].startswith(
         "t1: eliminated by the race (at its per-look level, 98.75%, more seeds were unlikely to "
         "make it the best), yet not decided worse than t0 at the verdict's 99.69%"
+    )
+    short = verdict(
+        [
+            _config("t0", (0.40, 0.44), "separated from every other after 2 seeds"),
+            _config("t1", (0.30, 0.34), "cannot beat t0 after 2 seeds: by at most 0.0156"),
+        ],
+        True,
+        5,
+    )
+    assert short.lines[-1] == (
+        "t1: stopped by the race, as even at a 95% upper bound beating its leader by "
+        "hydra.sweeper.min_difference was out of reach; not decided worse than t0 at the "
+        "verdict's 99.69%, only given fewer seeds."
     )
 
 

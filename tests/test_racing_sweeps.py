@@ -113,7 +113,8 @@ def test_two_workers_racing_one_study_run_each_seed_of_each_configuration_once(t
 def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_path):
     # The issue's check on the tiny model, with its real objective: lr=3e-2 collapses, 5e-4
     # and 2e-3 are close after 2 seeds; the close ones must not be called tied on two seeds'
-    # observed gap (only the optimistic difference may end their race early).
+    # observed gap (only an optimistic bound may end their race early: the optimistic
+    # difference, or how much the one behind could beat the leader by).
     done = run_sweep(
         tmp_path,
         "lr=5e-4,2e-3,3e-2",
@@ -131,5 +132,5 @@ def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_pat
     assert collapsed.user_attrs["race"].startswith("eliminated after 2 seeds")
     for lr in (0.0005, 0.002):
         race = trials[lr].user_attrs["race"]
-        decided = race.startswith(("eliminated", "separated"))
+        decided = race.startswith(("eliminated", "separated", "cannot beat"))
         assert len(replicates(trials[lr])) > 2 or decided, (lr, race)

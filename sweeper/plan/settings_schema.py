@@ -79,9 +79,10 @@ class GRPOSweeperConf:
     max_seeds: int = 5
     # The smallest difference in the objective worth more seeds with seeds=auto: a race stops
     # as tied once even the optimistic difference (its 95% upper confidence bound) is below it,
-    # or could not be separated within max_seeds. null: the eval's standard error over
-    # problems, averaged over the seeds run (a difference one run's eval cannot see); 0: only
-    # the optimistic bound stops a race. In the objective's units (e.g. 0.02 = 2 points of reward).
+    # or could not be separated within max_seeds, and a configuration behind the leader stops
+    # once even its 95% upper bound could not beat the leader by it. null: the eval's standard
+    # error over problems, averaged over the seeds run (a difference one run's eval cannot see);
+    # 0: only the optimistic bound stops a race. In the objective's units (e.g. 0.02 = 2 points).
     min_difference: float | None = None
     # Searches (tpe, gp, random, cmaes) only: end the study before n_trials once the best
     # configuration cannot plausibly be beaten by more than its noise: Optuna's regret bound

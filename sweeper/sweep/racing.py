@@ -19,6 +19,12 @@ while a truly separated pair took 3-4 seeds to eliminate on Welch's wide interva
 over 5 configurations at 2 seeds the spread has 5 degrees of freedom and no single pair's
 luck decides. Then exactly one of:
   - eliminated: the leader is better beyond the interval -> no more seeds;
+  - cannot beat the leader: even at its one-sided 95% upper confidence bound
+    (analysis/stats.py reversal_bound), it would be better than the leader by less than
+    min_difference -> no more seeds. What a verdict's regret needs is the best, not proof of
+    how much worse the others are: without this rule a slow learner 0.029 below the best took
+    4.2 seeds to be eliminated at the corrected level (bench/COST.md, "Cannot beat the
+    leader");
   - tied for good: even an optimistic difference, |difference| at its one-sided 95% upper
     confidence bound (analysis/stats.py difference_bound), would stay inside the interval at
     max_seeds, or is below the minimal difference that counts (min_difference: a difference
@@ -112,6 +118,14 @@ def decide(
             return Step(
                 STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
             )
+        most = stats.reversal_bound(gap, stats.FUTILITY_LEVEL)
+        if min_difference > 0 and most < min_difference:  # 0: every difference is chased
+            return Step(
+                STOP,
+                f"cannot beat {leader.label} after {n} seeds: by at most {most:.3g} "
+                f"({stats.FUTILITY_LEVEL:.0%} upper bound), below min_difference="
+                f"{min_difference:.3g}",
+            )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
     undecided = [o for o in rivals if not judge.difference(me, o, level).excludes_zero]
     more_seeded = [o for o in undecided if len(o.values) > n] if leader is me else []
@@ -199,7 +213,7 @@ def _futile(
 
 
 def _signed(i: stats.Interval, sign: int) -> stats.Interval:
-    return i if sign == 1 else stats.Interval(-i.estimate, -i.high, -i.low, i.method)
+    return i if sign == 1 else stats.Interval(-i.estimate, -i.high, -i.low, i.method, i.se, i.df)
 
 
 def _show(i: stats.Interval) -> str:
