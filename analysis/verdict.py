@@ -262,9 +262,10 @@ def verdict(
         short = [label for label in tied if _race_of(ranked, label).startswith("cannot beat")]
         if short:
             lines.append(
-                f"{', '.join(short)}: stopped by the race, as even at a 95% upper bound beating "
-                "its leader by hydra.sweeper.min_difference was out of reach; not decided worse "
-                f"than {best.label} at the verdict's {level:.2%}, only given fewer seeds."
+                f"{', '.join(short)}: stopped by the race, as even at a "
+                f"{stats.FUTILITY_LEVEL:.0%} upper bound beating its leader by "
+                "hydra.sweeper.min_difference was out of reach; not decided worse than "
+                f"{best.label} at the verdict's {level:.2%}, only given fewer seeds."
             )
     return Verdict(ranked, diff, tied, lines)
 
