@@ -4,15 +4,16 @@ configuration gets the same seeds (`seeds_of`: one draw shared by all), the verd
 with analysis/verdict.py's own `blocked` and `difference` (paired by seed where it can).
 
     python bench/verdict_coverage.py [--seeds 2 3] [--replays 300] [--part heldout]
+        [--library FOLDER_OR_FILES ...] [--out NAME]
 
 A configuration is one (task, lr); a replay draws n of the recorded seeds (shared across the
 configurations) and checks, for every pair, whether the interval holds the truth's difference,
 the truth being the mean final held-out value over the recorded seeds the replay did not draw
-(independent of it). The truth is itself a mean of a dozen seeds: its own noise makes the
-plain coverage an underestimate of the coverage of the expected difference, which is what the
-interval is for; the second figure allows for that noise (see `replay`). Pairs of one replay
+(independent of it). The truth is itself a mean over finitely many seeds: its own noise makes
+the plain coverage an underestimate of the coverage of the expected difference, which is what
+the interval is for; the second figure allows for that noise (see `replay`). Pairs of one replay
 share their seeds, so the Wilson interval over pairs is narrower than the replays warrant.
-Writes bench/results/verdict_coverage.json.
+Writes bench/results/verdict_coverage.json (or --out).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from analysis.verdict import Config, Seed, blocked, difference
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def pools(part: str | None) -> dict[str, dict[str, dict[int, tuple[float, float]]]]:
+def pools(
+    part: str | None, library: list[Path]
+) -> dict[str, dict[str, dict[int, tuple[float, float]]]]:
     """{task: {lr: {seed: (final held-out value, its stderr)}}} from the library."""
     out: dict = defaultdict(lambda: defaultdict(dict))
-    for run in load_library([RESULTS / "curves"], part):
+    for run in load_library(library, part):
         if run.error:
             continue
         model, rest = run.run.split("-", 1)
@@ -49,13 +52,23 @@ def pools(part: str | None) -> dict[str, dict[str, dict[int, tuple[float, float]
     return out
 
 
-def replay(pool: dict[str, dict[int, tuple[float, float]]], n: int, rng: random.Random) -> Counter:
+def paired_spread(pool: dict[str, dict[int, tuple[float, float]]], a: str, b: str) -> float:
+    """The sd of a pair's seed-paired differences over every common seed."""
+    common = sorted(set(pool[a]) & set(pool[b]))
+    return statistics.stdev(pool[a][s][0] - pool[b][s][0] for s in common)
+
+
+def replay(
+    pool: dict[str, dict[int, tuple[float, float]]], n: int, rng: random.Random, split: float
+) -> Counter:
     """One draw of n seeds shared by every configuration: per pair, whether the verdict's
     interval holds the truth's difference, plainly and with the truth's own noise allowed for
     (the interval widened, in quadrature, by 1.96 standard errors of the truth's paired
-    difference over its seeds: the truth is a mean of a dozen seeds, not the expectation the
-    interval is for), over every pair and over the pairs whose values vary (not both constant,
-    e.g. two lrs collapsed to 0 at every seed, which any interval covers)."""
+    difference over its seeds: the truth is a mean of the other seeds, not the expectation
+    the interval is for), over every pair and over the pairs whose values vary (not both constant,
+    e.g. two lrs collapsed to 0 at every seed, which any interval covers), and those split at
+    `split` into steady and scattered pairs by their seed-paired spread: the blocked fit judges
+    every pair with one pooled residual variance, so its coverage differs between the two."""
     common = sorted(set.intersection(*(set(seeds) for seeds in pool.values())))
     drawn = rng.sample(common, n)
     rest = [s for s in common if s not in drawn]  # the truth: seeds the replay never saw
@@ -70,7 +83,8 @@ def replay(pool: dict[str, dict[int, tuple[float, float]]], n: int, rng: random.
         low = interval.estimate - math.hypot(interval.estimate - interval.low, 1.96 * truth_se)
         high = interval.estimate + math.hypot(interval.high - interval.estimate, 1.96 * truth_se)
         varies = len({pool[c.label][s][0] for c in (a, b) for s in common}) > 1
-        for kind in ("all", "varying") if varies else ("all",):
+        scatter = "scattered" if paired_spread(pool, a.label, b.label) > split else "steady"
+        for kind in ("all", "varying", scatter) if varies else ("all",):
             out[f"{kind} judged"] += 1
             out[f"{kind} covered"] += interval.low <= truth <= interval.high
             out[f"{kind} covered, truth noise allowed"] += low <= truth <= high
@@ -82,19 +96,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[2, 3])
     p.add_argument("--replays", type=int, default=300)
     p.add_argument("--part", choices=["calibration", "heldout"], help="default: every run")
+    p.add_argument("--library", type=Path, nargs="+", default=[RESULTS / "curves"])
+    p.add_argument("--out", default="verdict_coverage.json", help="file name under bench/results")
     args = p.parse_args(argv)
     rng = random.Random(0)
     out = {}
-    for name, pool in sorted(pools(args.part).items()):
+    for name, pool in sorted(pools(args.part, args.library).items()):
         common = set.intersection(*(set(s) for s in pool.values()))
         for n in args.seeds:
             if len(common) < n + 2:  # the truth needs two seeds of its own
                 continue
+            spreads = [paired_spread(pool, a, b) for a, b in itertools.combinations(pool, 2)]
+            split = statistics.median(x for x in spreads if x > 0)  # among the varying pairs
             counts: Counter = Counter()
             for _ in range(args.replays):
-                counts += replay(pool, n, rng)
+                counts += replay(pool, n, rng, split)
             entry = {"configurations": len(pool), "recorded_seeds": sorted(common)}
-            for kind in ("all", "varying"):
+            entry["split: seed-paired sd"] = split
+            for kind in ("all", "varying", "steady", "scattered"):
                 judged = counts[f"{kind} judged"]
                 for what in ("covered", "covered, truth noise allowed"):
                     covered = counts[f"{kind} {what}"]
@@ -110,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                         f" [{low:.1%}, {high:.1%}]"
                     )
             out[f"{name} seeds={n}"] = entry
-    (RESULTS / "verdict_coverage.json").write_text(json.dumps(out, indent=1) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 
