@@ -174,13 +174,16 @@ def difference(
     paired: stats.Blocked | None = None,
 ) -> Interval:
     """a minus b with the sharpest valid interval (see analysis/stats.py): paired by seed
-    (paired: the blocked fit over the study's configurations) where their seeds connect them,
+    (paired: the blocked fit over the study's configurations, its variance moderated toward
+    the pair's own, stats.moderated) where their seeds connect them,
     else unpaired: pool, the seed variance pooled over a raced study's configurations, or
     Welch's t, for those with >= 2 seeds."""
     if len(a.values) >= 2 and len(b.values) >= 2:
         by_seed = paired.difference(a.label, b.label, level) if paired else None
         if by_seed is not None:
-            return by_seed
+            shared = sorted(set(a.by_seed) & set(b.by_seed))
+            own = [a.by_seed[s] - b.by_seed[s] for s in shared]
+            return stats.moderated(by_seed, paired.variance, own, level)
         if pool is not None:
             out = stats.pooled_difference(a.values, b.values, pool, level)
         else:

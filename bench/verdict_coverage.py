@@ -4,7 +4,7 @@ configuration gets the same seeds (`seeds_of`: one draw shared by all), the verd
 with analysis/verdict.py's own `blocked` and `difference` (paired by seed where it can).
 
     python bench/verdict_coverage.py [--seeds 2 3] [--replays 300] [--part heldout]
-        [--library FOLDER_OR_FILES ...] [--out NAME]
+        [--library FOLDER_OR_FILES ...] [--prior-df N] [--out NAME]
 
 A configuration is one (task, lr); a replay draws n of the recorded seeds (shared across the
 configurations) and checks, for every pair, whether the interval holds the truth's difference,
@@ -27,6 +27,7 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from analysis import stats
 from analysis.rule_replay import load_library, wilson
 from analysis.verdict import Config, Seed, blocked, difference
 
@@ -86,6 +87,7 @@ def replay(
         scatter = "scattered" if paired_spread(pool, a.label, b.label) > split else "steady"
         for kind in ("all", "varying", scatter) if varies else ("all",):
             out[f"{kind} judged"] += 1
+            out[f"{kind} width"] += interval.high - interval.low
             out[f"{kind} covered"] += interval.low <= truth <= interval.high
             out[f"{kind} covered, truth noise allowed"] += low <= truth <= high
     return out
@@ -98,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=["calibration", "heldout"], help="default: every run")
     p.add_argument("--library", type=Path, nargs="+", default=[RESULTS / "curves"])
     p.add_argument("--out", default="verdict_coverage.json", help="file name under bench/results")
+    p.add_argument(
+        "--prior-df", type=float, default=stats.PRIOR_DF, help="the moderation's (to choose it)"
+    )
     args = p.parse_args(argv)
+    stats.PRIOR_DF = args.prior_df  # analysis.stats.moderated reads it at each call
     rng = random.Random(0)
     out = {}
     for name, pool in sorted(pools(args.part, args.library).items()):
@@ -111,10 +117,15 @@ def main(argv: list[str] | None = None) -> int:
             counts: Counter = Counter()
             for _ in range(args.replays):
                 counts += replay(pool, n, rng, split)
-            entry = {"configurations": len(pool), "recorded_seeds": sorted(common)}
+            entry = {
+                "configurations": len(pool),
+                "recorded_seeds": sorted(common),
+                "prior_df": args.prior_df,
+            }
             entry["split: seed-paired sd"] = split
             for kind in ("all", "varying", "steady", "scattered"):
                 judged = counts[f"{kind} judged"]
+                entry[f"{kind} pairs: mean width"] = counts[f"{kind} width"] / max(judged, 1)
                 for what in ("covered", "covered, truth noise allowed"):
                     covered = counts[f"{kind} {what}"]
                     low, high = wilson(covered, judged)
