@@ -25,6 +25,7 @@ Three sources of evidence, each with its interval (95% unless asked otherwise):
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -342,7 +343,7 @@ def blocked_bound(fit: Blocked, bound: float = VARIANCE_BOUND) -> Blocked:
 # How many degrees of freedom the blocked fit's pooled variance is worth against a pair's own
 # seed-paired variance (moderated, limma's empirical Bayes form with a fixed prior): pooled
 # over every configuration, one residual variance was too wide for pairs of stable lrs
-# (covered 99%) and too narrow for pairs with an lr whose seeds scatter (76-87%). 4 was chosen
+# (covered 99%) and too narrow for pairs with an lr whose seeds scatter (71-87%). 4 was chosen
 # on the curve library's calibration part (of 1, 2, 4, 8, 16 the largest, so the narrowest
 # intervals, that keeps the coverage of every task and seed count >= 90%) and judged on its
 # held-out seeds (bench/HEALTH.md, "The verdict's intervals on the library"). inf: the fit's
@@ -362,8 +363,7 @@ def moderated(
     if len(own) < 2 or diff.se is None or not usable:
         return diff
     m = len(own)
-    mean = sum(own) / m
-    own_variance = sum((d - mean) ** 2 for d in own) / (m - 1) / 2
+    own_variance = statistics.variance(own) / 2
     blended = (PRIOR_DF * variance + (m - 1) * own_variance) / (PRIOR_DF + m - 1)
     se = diff.se * math.sqrt(blended / variance)
     df = PRIOR_DF + m - 1

@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 "configurations": len(pool),
                 "recorded_seeds": sorted(common),
                 "prior_df": args.prior_df,
+                "split: seed-paired sd": split,
             }
-            entry["split: seed-paired sd"] = split
             for kind in ("all", "varying", "steady", "scattered"):
                 judged = counts[f"{kind} judged"]
                 entry[f"{kind} pairs: mean width"] = counts[f"{kind} width"] / max(judged, 1)

@@ -198,7 +198,7 @@ def test_the_pooled_variance_is_moderated_toward_the_pair_own():
     # a - b: (4 x 2/3 + 1 x 0) / 5 = 8/15 -> se 0.816497 x sqrt(0.8) = 0.730297;
     # a - c: (4 x 2/3 + 1 x 1) / 5 = 11/15 -> se 0.816497 x sqrt(1.1) = 0.856349;
     # t(0.975, 5) = 2.570582 -> halves 1.877288 and 2.201315: the steady pair narrows, the
-    # scattered one widens (one pooled variance covered them 99% and 76-87%, bench/HEALTH.md)
+    # scattered one widens (one pooled variance covered them 99% and 71-87%, bench/HEALTH.md)
     assert stats.PRIOR_DF == 4
     fit = stats.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
     steady = stats.moderated(fit.difference("a", "b"), fit.variance, [1, 1])
