@@ -156,10 +156,25 @@ class Pool:
         key = (config, seed, eval_every, read)
         if key not in self._steps:
             self._steps[key] = [
-                (step, {k: v for k, v in m.items() if k in read or k.startswith("eval/")})
+                (
+                    step,
+                    self._with_stderr(
+                        {k: v for k, v in m.items() if k in read or k.startswith("eval/")}
+                    ),
+                )
                 for step, m in job_steps(self.runs[config][seed], eval_every)
             ]
         return self._steps[key]
+
+    def _with_stderr(self, metrics: dict) -> dict:
+        """The objective's stderr where the run was recorded before the trainer logged one for
+        each reward (eval/reward/exact_match/stderr): a 0/1 reward, one sample a problem, so
+        exactly what the trainer logs now, sqrt(p (1 - p) / (n - 1)) (records/metrics.py
+        mean_and_stderr of n values, p n of them 1). Without it racing's min_difference is 0."""
+        value, key = metrics.get(self.objective), stderr_of(self.objective)
+        if value is None or key in metrics or not self.eval_size or self.eval_size < 2:
+            return metrics
+        return {**metrics, key: math.sqrt(max(value * (1 - value), 0.0) / (self.eval_size - 1))}
 
     @property
     def seeds(self) -> list[int]:

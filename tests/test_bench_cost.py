@@ -59,6 +59,18 @@ def test_the_truth_counts_a_run_that_blew_up_as_zero_and_fills_a_binomial_stderr
     assert pool.final("a", 1) == (0.0, None)
 
 
+def test_a_job_is_handed_the_stderr_the_trainer_now_logs_for_a_reward_part():
+    """Curves recorded before the trainer logged each reward's stderr: a 0/1 reward at one
+    sample a problem gets the sample-sd stderr the trainer logs, so the race's min_difference
+    is not 0; a logged stderr is kept."""
+    part = "eval/reward/exact_match"
+    curve = {0: {part: 0.3}, 1: train(), 2: {**train(), part: 0.25, stderr_of(part): 0.04}}
+    pool = bc.Pool("p", 2, {"a": {0: curve}}, part, eval_size=100)
+    got = dict(pool.steps("a", 0, 2, frozenset({part, stderr_of(part)})))
+    assert got[0][stderr_of(part)] == pytest.approx(math.sqrt(0.3 * 0.7 / 99))  # 0.04606
+    assert stderr_of(part) not in got[1] and got[2][stderr_of(part)] == 0.04
+
+
 def test_the_seeds_of_a_pool_are_those_every_configuration_has():
     pool = bc.Pool("p", 2, {"a": {0: {}, 1: {}, 2: {}}, "b": {0: {}, 2: {}}})
     assert pool.seeds == [0, 2]

@@ -126,6 +126,7 @@ def test_the_metrics_list_names_every_metric_records_defines():
     listed = page[page.index("\n## Metrics\n") :]
     names = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str)}
     names |= {metrics.stderr_of(metrics.EVAL_REWARD), metrics.stderr_of(metrics.EVAL_GREEDY)}
-    names |= {metrics.reward_part("<name>"), metrics.eval_reward_part("<name>")}
+    part = metrics.eval_reward_part("<name>")
+    names |= {metrics.reward_part("<name>"), part, metrics.stderr_of(part)}
     missing = sorted(name for name in names if f"`{name}`" not in listed)
     assert not missing, f"docs/training.md's Metrics section does not name {missing}"

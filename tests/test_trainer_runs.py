@@ -201,6 +201,25 @@ def test_eval_carries_its_standard_error_and_per_problem_rewards(composed, new_r
 
 
 @pytest.mark.slow
+def test_each_rewards_eval_carries_its_standard_error_too(composed, new_recorder):
+    """A sweep may rank on one reward (exact_match, where the total can be gamed): racing's
+    min_difference and the verdict's per-problem pairing need that reward's stderr."""
+    recorder = new_recorder()
+    cfg = composed(*SMALL, "max_steps=1", "task=addition_length", "eval_samples=2")
+    result = train(cfg, recorder)
+    final, per_problem = recorder.steps[1], result.final_eval_rewards
+    exact, bonus = per_problem["eval/reward/exact_match"], per_problem["eval/reward/length_bonus"]
+    total = per_problem["eval/reward/mean"]
+    assert len(exact) == len(bonus) == 16  # one entry per problem, the mean of its 2 samples
+    assert [e + b for e, b in zip(exact, bonus, strict=True)] == pytest.approx(total)
+    for name, values in (("exact_match", exact), ("length_bonus", bonus)):
+        mean = sum(values) / 16
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 15)
+        assert final[f"eval/reward/{name}"] == pytest.approx(mean)
+        assert final[f"eval/reward/{name}/stderr"] == pytest.approx(sd / 4)
+
+
+@pytest.mark.slow
 def test_a_non_finite_loss_is_reported_then_fails_the_run(tmp_path, composed, new_recorder):
     # lr=1e25 makes the first update overflow float32 on any CPU: the updated policy's
     # log-probs are not finite (its post-update KL says so at step 1), and the run fails there

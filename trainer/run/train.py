@@ -237,9 +237,14 @@ def evaluate(
     finished = [reward for reward, r in zip(rewards, rollouts, strict=True) if r.finished]
     if finished:
         metrics[metrics_names.EVAL_UNTRUNCATED] = sum(finished) / len(finished)
+    # Each reward's per-problem mean too, so a sweep whose objective is one reward (the
+    # correctness one, where the total can be gamed) gets its stderr: racing's min_difference
+    # and the verdict's per-problem pairing read them (sweeper/sweep/racing.py).
     for name in dict.fromkeys(name for _, parts in scored for name in parts):
-        part = sum(parts[name] for _, parts in scored) / len(scored)
-        metrics[metrics_names.eval_reward_part(name)] = part
+        values = [parts[name] for _, parts in scored]
+        per_problem[metrics_names.eval_reward_part(name)] = [
+            sum(values[i : i + k]) / k for i in range(0, len(values), k)
+        ]
     for name, values in per_problem.items():
         metrics[name], metrics[metrics_names.stderr_of(name)] = metrics_names.mean_and_stderr(
             values
