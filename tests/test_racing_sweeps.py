@@ -134,3 +134,24 @@ def test_the_collapsing_lr_stops_at_two_seeds_and_the_close_ones_race_on(tmp_pat
         race = trials[lr].user_attrs["race"]
         decided = race.startswith(("eliminated", "separated", "cannot beat"))
         assert len(replicates(trials[lr])) > 2 or decided, (lr, race)
+
+
+def test_a_reward_part_objective_records_its_stderr_and_per_problem_rewards(tmp_path):
+    """Ranked on one reward (correctness, where the total can be gamed), a seed's record
+    carries that reward's stderr and per-problem values: racing's min_difference (the eval's
+    stderr) and the verdict's pairing over problems read them, and were 0 and absent before."""
+    done = run_sweep(
+        tmp_path,
+        "lr=1e-3",
+        "task=addition_length",
+        "hydra.sweeper.objective=eval/reward/exact_match",
+        "hydra.sweeper.health=[]",
+        *TINY,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (trial,) = study_in(tmp_path).trials
+    (seed,) = replicates(trial)
+    assert len(seed.per_problem) == 8 and all(v in (0.0, 1.0) for v in seed.per_problem)
+    p = sum(seed.per_problem) / 8
+    assert seed.value == pytest.approx(p)
+    assert seed.stderr == pytest.approx((p * (1 - p) * 8 / 7 / 8) ** 0.5)  # sample sd / sqrt(8)
