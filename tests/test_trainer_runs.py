@@ -37,6 +37,7 @@ def test_every_metric_is_logged_every_step(tmp_path, composed, new_recorder):
     evals = {
         "eval/reward/mean", "eval/reward/stderr", "eval/greedy/mean", "eval/greedy/stderr",
         "eval/truncated", "eval/untruncated_reward", "eval/reward/exact_match",
+        "eval/reward/exact_match/stderr",
     }  # fmt: skip
     expected = {
         "reward/mean", "reward/std", "reward/exact_match", "groups/frac_mixed",
