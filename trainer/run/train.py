@@ -224,9 +224,7 @@ def evaluate(
         task, [(problems[i // k], r.text, r.finished) for i, r in enumerate(rollouts)]
     )[0]
     rewards = [total for total, _ in scored]
-    per_problem = {
-        metrics_names.EVAL_REWARD: [sum(rewards[i : i + k]) / k for i in range(0, len(rewards), k)]
-    }
+    per_problem = {metrics_names.EVAL_REWARD: _per_problem(rewards, k)}
     if cfg.eval_greedy:
         greedy = sampler.sample([p.prompt for p in problems], replace(settings, greedy=True))
         calls = [(p, r.text, r.finished) for p, r in zip(problems, greedy, strict=True)]
@@ -242,14 +240,17 @@ def evaluate(
     # and the verdict's per-problem pairing read them (sweeper/sweep/racing.py).
     for name in dict.fromkeys(name for _, parts in scored for name in parts):
         values = [parts[name] for _, parts in scored]
-        per_problem[metrics_names.eval_reward_part(name)] = [
-            sum(values[i : i + k]) / k for i in range(0, len(values), k)
-        ]
+        per_problem[metrics_names.eval_reward_part(name)] = _per_problem(values, k)
     for name, values in per_problem.items():
         metrics[name], metrics[metrics_names.stderr_of(name)] = metrics_names.mean_and_stderr(
             values
         )
     return metrics, per_problem
+
+
+def _per_problem(values: list[float], k: int) -> list[float]:
+    """Each problem's reward: the mean of its k consecutive samples."""
+    return [sum(values[i : i + k]) / k for i in range(0, len(values), k)]
 
 
 def _report(reporter: Reporter | None, step: int, metrics: dict[str, float]) -> None:
