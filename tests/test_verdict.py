@@ -149,17 +149,17 @@ def test_a_verdict_paired_by_seed_where_seeds_are_shared():
     # two configurations: the blocked fit is the per-seed difference, df (2-1)(3-1) = 2;
     # its variance s^2 = var(d) / 2 = 6.6667e-5 raised to the 60% upper bound, x 2 / chi2(0.40,
     # 2) = 1.957616 -> 1.30508e-4, se 0.0066667 x 1.399148 = 0.0093277; moderated toward the
-    # pair's own var(d) / 2 (here the unraised s^2): (4 x 1.30508e-4 + 2 x 6.6667e-5) / 6 =
-    # 1.09228e-4, se 0.0093277 x sqrt(1.09228 / 1.30508) = 0.0085334 on df 4 + 2 = 6:
-    # t(0.975, 6) = 2.446912 -> half 0.020881
+    # pair's own var(d) / 2 (here the unraised s^2): (2 x 1.30508e-4 + 2 x 6.6667e-5) / 4 =
+    # 9.85875e-5, se 0.0093277 x sqrt(0.985875 / 1.30508) = 0.0081071 on df 2 + 2 = 4:
+    # t(0.975, 4) = 2.776445 -> half 0.022509
     a = _seeds("t0", [0.30, 0.40, 0.50])
     b = _seeds("t1", [0.25, 0.33, 0.45])
     v = verdict([a, b])
     d = v.runner_up_difference
-    assert (d.estimate, d.low, d.high) == pytest.approx((0.056667, 0.035786, 0.077547), abs=1e-5)
+    assert (d.estimate, d.low, d.high) == pytest.approx((0.056667, 0.034158, 0.079176), abs=1e-5)
     assert d.method == (
         "paired by seed (seed as block over 2 configurations, df 2, variance at its 60% upper "
-        "bound), moderated by the pair's own 3 seeds (df 6)"
+        "bound), moderated by the pair's own 3 seeds (df 4)"
     )
     assert "t0 beats the runner-up t1 by 0.0567" in v.text
     per_seed = stats.per_seed_difference(a.by_seed, b.by_seed)  # the same, not raised
@@ -194,22 +194,22 @@ def test_blocked_fit_over_three_configurations():
 
 def test_the_pooled_variance_is_moderated_toward_the_pair_own():
     # The fit above: s^2 = 2/3 on df 2, se(a - b) = se(a - c) = 0.816497. a - b per seed is
-    # [1, 1] (own variance 0), a - c is [0, 2] (own var(d) / 2 = 1). Moderated with PRIOR_DF 4:
-    # a - b: (4 x 2/3 + 1 x 0) / 5 = 8/15 -> se 0.816497 x sqrt(0.8) = 0.730297;
-    # a - c: (4 x 2/3 + 1 x 1) / 5 = 11/15 -> se 0.816497 x sqrt(1.1) = 0.856349;
-    # t(0.975, 5) = 2.570582 -> halves 1.877288 and 2.201315: the steady pair narrows, the
+    # [1, 1] (own variance 0), a - c is [0, 2] (own var(d) / 2 = 1). Moderated with PRIOR_DF 2:
+    # a - b: (2 x 2/3 + 1 x 0) / 3 = 4/9 -> se 0.816497 x sqrt(2/3) = 0.666667;
+    # a - c: (2 x 2/3 + 1 x 1) / 3 = 7/9 -> se 0.816497 x sqrt(7/6) = 0.881918;
+    # t(0.975, 3) = 3.182446 -> halves 2.121632 and 2.806655: the steady pair narrows, the
     # scattered one widens (one pooled variance covered them 99% and 71-87%, bench/HEALTH.md)
-    assert stats.PRIOR_DF == 4
+    assert stats.PRIOR_DF == 2
     fit = stats.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
     steady = stats.moderated(fit.difference("a", "b"), fit.variance, [1, 1])
     scattered = stats.moderated(fit.difference("a", "c"), fit.variance, [0, 2])
     assert (steady.se, steady.df, steady.low, steady.high) == pytest.approx(
-        (0.730297, 5, -0.877288, 2.877288), abs=1e-5
+        (0.666667, 3, -1.121632, 3.121632), abs=1e-5
     )
     assert (scattered.se, scattered.low, scattered.high) == pytest.approx(
-        (0.856349, -1.201315, 3.201315), abs=1e-5
+        (0.881918, -1.806655, 3.806655), abs=1e-5
     )
-    assert scattered.method.endswith("moderated by the pair's own 2 seeds (df 5)")
+    assert scattered.method.endswith("moderated by the pair's own 2 seeds (df 3)")
     # one shared seed has no variance of its own: the fit's interval stands
     one = fit.difference("a", "b")
     assert stats.moderated(one, fit.variance, [1]) == one
