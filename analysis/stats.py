@@ -344,12 +344,12 @@ def blocked_bound(fit: Blocked, bound: float = VARIANCE_BOUND) -> Blocked:
 # seed-paired variance (moderated, limma's empirical Bayes form with a fixed prior): pooled
 # over every configuration, one residual variance was too wide for pairs of stable lrs
 # (covered 99%) and too narrow for pairs with an lr whose seeds scatter (71-87%). Chosen on
-# every seed recorded before 2026-11-28 (seeds 0-171: the calibration part and three held-out
-# sets), as the largest of 1, 2, 4, 8, 16 (so the narrowest intervals) whose coverage, at 2
-# and 3 seeds on both tasks, is >= 90% on each set: 4, chosen on the calibration part alone,
-# covered 87.8% on seeds 127-171. Judged on seeds 173-217, recorded after it was frozen
-# (bench/HEALTH.md, "The verdict's intervals on the library"). inf: the fit's interval as it
-# stands (the pooled variance alone).
+# every seed recorded before it (seeds 0-171: the calibration part and the four held-out sets
+# 1-33, 35-79, 81-125, 127-171), as the largest of 1, 2, 4, 8, 16 (so the narrowest
+# intervals) whose coverage, at 2 and 3 seeds on both tasks, is >= 90% on each set: 4,
+# chosen on the calibration part alone, covered 87.8% on seeds 127-171. Judged on seeds
+# 173-217, recorded after it was frozen (bench/HEALTH.md, "The verdict's intervals on the
+# library"). inf: the fit's interval as it stands (the pooled variance alone).
 PRIOR_DF: float = 2
 
 
