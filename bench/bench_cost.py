@@ -367,9 +367,10 @@ class Sweep:
             if job is not None:
                 raised = self.job(*job)
                 self.job_ended(job, raised, pending)
-            elif self.flights:  # only leaders held for others to end
+            elif self.flights:  # only held ones, waiting for others to end
                 self.look_again(pending)
-                if all(f.phase == "holding" for f in self.flights.values()) and not pending:
+                phases = [f.phase == "holding" for f in self.flights.values()]
+                if phases and all(phases) and not pending:
                     held = ", ".join(f"t{n}" for n in self.flights)
                     raise RuntimeError(f"held forever: {held}")  # the real loop would poll on
             else:

@@ -230,3 +230,21 @@ def test_a_policy_s_min_difference_reaches_the_race():
     assert bc.outcome(default)["trial_steps"] > 2 * 2 * 4
     assert bc.outcome(coarse.study)["seeds"] == {"a": 2, "b": 2}
     assert all("below min_difference=0.5" in r for r in races)
+
+
+def test_a_configuration_tied_with_a_racing_leader_is_judged_again_on_its_last_mean():
+    """b ties with the leader a at 3 seeds and holds while a races on; a's last seeds bring its
+    mean to 0.496, and b, judged again, leads on fewer seeds than a, so it races to 5 and is
+    the pick: its 5-seed mean is 0.502 (stopped at 3, a would have been the pick)."""
+    values = {
+        "a": [0.48, 0.50, 0.52, 0.48, 0.50],
+        "b": [0.45, 0.51, 0.53, 0.49, 0.53],
+        "c": [0.42, 0.44, 0.38, 0.36, 0.36],
+    }
+    p = pool(**{c: [flat(v) for v in vs] for c, vs in values.items()})
+    done = bc.Sweep(p, bc.Policy("r", "auto"), ["a", "b", "c"], [0, 1, 2, 3, 4], "s", 2).run()
+    got = bc.outcome(done)
+    assert got["seeds"] == {"a": 5, "b": 5, "c": 2} and got["pick"] == "b"
+    races = {t.user_attrs[bc.CONFIG]: t.user_attrs[TrialAttr.RACE] for t in done.trials}
+    assert races["b"] == "reached max_seeds=5, tied with t0"
+    assert races["a"].startswith("cannot beat t1 after 5 seeds")

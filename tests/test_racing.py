@@ -12,7 +12,7 @@ from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep.flights import InFlight, Phase, seeds_of
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
+from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, Step, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 
@@ -160,6 +160,41 @@ def test_one_that_cannot_beat_the_leader_by_the_difference_that_counts_stops():
     # minimizing, the same values mirrored
     worse, best = Entry("t1", (0.70, 0.66)), Entry("t0", (0.60, 0.56))
     assert decide(worse, [best], 5, False, False, min_difference=0.02).why == step.why
+
+
+def test_in_a_grid_one_that_cannot_beat_a_leader_still_racing_waits_for_its_last_mean():
+    # the numbers of the test above: t1 can be better by at most 0.0156 < 0.02. While t0 races
+    # (open), t1 holds, to be judged again on t0's last mean; once t0 is told, it stops
+    me = Entry("t1", (0.30, 0.34))
+    racing_leader, told_leader = Entry("t0", (0.40, 0.44), open=True), Entry("t0", (0.40, 0.44))
+    stop = "cannot beat t0 after 2 seeds: by at most 0.0156 (95% upper bound), below "
+    stop += "min_difference=0.02"
+    step = decide(me, [racing_leader], 5, True, False, min_difference=0.02, wait_for_leader=True)
+    assert step == Step(HOLD, f"{stop}; waits for t0 to end its race")
+    step = decide(me, [told_leader], 5, True, False, min_difference=0.02, wait_for_leader=True)
+    assert step == Step(STOP, stop)
+    # outside a grid (TPE) nothing waits: a held trial would look in flight to the sampler
+    assert decide(me, [racing_leader], 5, True, False, min_difference=0.02) == Step(STOP, stop)
+
+
+def test_one_tied_for_good_with_a_leader_still_racing_waits_too():
+    # the tie test's numbers below (~5 seeds each needed, max_seeds=4)
+    me, leader = Entry("t1", (0.39, 0.43, 0.41)), Entry("t0", (0.40, 0.44, 0.42), open=True)
+    step = decide(me, [leader], 4, True, False, wait_for_leader=True)
+    assert step.action == HOLD and step.why.endswith("; waits for t0 to end its race")
+    assert step.why.startswith("tied with t0 after 3 seeds: even a difference of 0.052")
+
+
+def test_configurations_tied_to_the_last_digit_agree_on_which_one_leads():
+    # a pair from a real replay (seeds 173-217): both means are 0.33, which the blocked fit
+    # rounded up for whichever it was handed first, so each saw itself as the leader (and,
+    # holding for the leader, a replay with a third one waited forever)
+    t2 = Entry("t2", (0.315, 0.325, 0.35), (0, 1, 2), open=True)
+    t5 = Entry("t5", (0.3125, 0.3225, 0.355), (0, 1, 2), open=True)
+    as_t2 = decide(t2, [t5], 5, True, False, 10, 0.0234, wait_for_leader=True)
+    as_t5 = decide(t5, [t2], 5, True, False, 10, 0.0234, wait_for_leader=True)
+    assert as_t2.why.startswith("cannot beat t5") and as_t2.action == HOLD
+    assert as_t5.why.startswith("tied with t2") and as_t5.action == STOP
 
 
 def test_a_contender_that_more_seeds_could_separate_gets_one_more():

@@ -42,7 +42,8 @@ class Job:
 class Phase(Enum):
     TRAINING = "training"  # seeds queued or running
     BROKEN = "broken"  # a seed broke: no more seeds start; told once the started ones end
-    HOLDING = "holding"  # seeds=auto: every seed ended; it leads and waits for those to come
+    HOLDING = "holding"  # seeds=auto, all seeds ended: it leads and waits for those to come,
+    # or waits for a leader still racing to be judged again on the leader's last mean
 
 
 def seeds_of(base_seed: int, count: int) -> list[int]:

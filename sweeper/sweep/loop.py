@@ -196,7 +196,7 @@ class SweepRunner:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
                         self._job_ended(study, running.pop(future), future.result(), pending)
-                elif job is None and self.in_flight:  # only leaders held for others to end
+                elif job is None and self.in_flight:  # only held ones, waiting for others to end
                     time.sleep(HOLD_POLL_S)
                     self._look_again(study, pending)
                 elif job is None and not self._wait_for_others(study):

@@ -39,6 +39,11 @@ separated from (it gets one more, under the cap), and in a grid it holds while c
 are still to come rather than stop as tied: replays where the pick had fewer seeds than a
 tied rival had 3x the regret (a close runner-up whose first seeds drew high), and with this
 rule racing's regret fell below a seeds=3 grid's (bench/COST.md, "The default").
+In a grid, a stop judged against a leader that still races (it cannot beat the leader, or is
+tied with it for good) waits instead: the configuration holds, its trial open, and is judged
+again once the leader is told, on the leader's last mean. The leader is often the one whose
+first seeds drew high, and its later seeds bring it down; judged again, the held one may lead
+on fewer seeds and race on (bench/COST.md, "Waiting for the leader").
 
 Why the configuration's trial is told once, when its race ends: an Optuna trial's value
 cannot change after it completes, and TPE should learn the configuration's mean, not each
@@ -67,6 +72,7 @@ class Entry:
     label: str  # "t3"
     values: tuple[float, ...]
     seeds: tuple[int, ...] = ()  # each value's seed (empty: unknown, judged unpaired)
+    open: bool = False  # still racing or held (its trial not told yet)
 
     @property
     def by_seed(self) -> dict[int, float]:
@@ -92,6 +98,7 @@ def decide(
     more_to_come: bool,
     configurations: int = 0,
     min_difference: float = 0.0,
+    wait_for_leader: bool = False,
 ) -> Step:
     """The next step of `me`, whose started seeds have all ended.
 
@@ -103,15 +110,20 @@ def decide(
     start); the level is corrected for comparing each with the leader (at least the ones
     with values).
     min_difference: the smallest difference worth seeds (see `minimal_difference`).
+    wait_for_leader: a configuration that cannot beat an open leader, or is tied with it for
+    good, holds instead of stopping, and looks again once the leader is told (a grid).
     """
     n = len(me.values)
     if n < MIN_SEEDS:
         return Step(SEED, f"{n} of the {MIN_SEEDS} seeds every configuration gets")
     known = [o for o in others if len(o.values) >= MIN_SEEDS]
     level = look_level(max_seeds, max(configurations, 1 + len(known)))
-    judge = Judge([me, *known])
+    # one order whoever looks, so that every configuration sees the same leader (a tie, or
+    # the blocked fit's rounding in another order, would otherwise name two leaders)
+    entries = sorted([me, *known], key=lambda e: e.label)
+    judge = Judge(entries)
     sign = 1 if maximize else -1
-    leader = max([me, *known], key=lambda e: sign * judge.mean(e))
+    leader = max(entries, key=lambda e: sign * judge.mean(e))
     if leader is not me:
         gap = _signed(judge.difference(leader, me, level), sign)
         if gap.known and gap.low > 0:
@@ -120,11 +132,12 @@ def decide(
             )
         most = stats.reversal_bound(gap, stats.FUTILITY_LEVEL)
         if min_difference > 0 and most < min_difference:  # 0: every difference is chased
-            return Step(
-                STOP,
+            return _stop_or_wait(
                 f"cannot beat {leader.label} after {n} seeds: by at most {most:.3g} "
                 f"({stats.FUTILITY_LEVEL:.0%} upper bound), below min_difference="
                 f"{min_difference:.3g}",
+                leader,
+                wait_for_leader,
             )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
     undecided = [o for o in rivals if not judge.difference(me, o, level).excludes_zero]
@@ -147,7 +160,8 @@ def decide(
         return Step(HOLD, f"{n} seeds; leads the configurations known so far, tied")
     if undecided:
         o = undecided[0]
-        return Step(STOP, f"tied with {o.label} after {n} seeds: {futile[o.label]}")
+        why = f"tied with {o.label} after {n} seeds: {futile[o.label]}"
+        return _stop_or_wait(why, leader, wait_for_leader and leader is not me)
     if leader is me and more_to_come:
         return Step(HOLD, f"{n} seeds; leads the configurations known so far")
     if leader is me:
@@ -212,6 +226,14 @@ def _futile(
     return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
 
 
+def _stop_or_wait(why: str, leader: Entry, wait_for_leader: bool) -> Step:
+    """A stop judged against the leader's mean so far: while the leader still races, it holds
+    (its trial open), to be judged again on the leader's last mean."""
+    if wait_for_leader and leader.open:
+        return Step(HOLD, f"{why}; waits for {leader.label} to end its race")
+    return Step(STOP, why)
+
+
 def _signed(i: stats.Interval, sign: int) -> stats.Interval:
     return i if sign == 1 else stats.Interval(-i.estimate, -i.high, -i.low, i.method, i.se, i.df)
 
@@ -257,6 +279,7 @@ def look(
         grid and more_to_come,
         configurations,
         min_difference,
+        grid,
     )
 
 
@@ -274,4 +297,5 @@ def _done(trial: FrozenTrial) -> list[Replicate]:
 
 def entry_of(trial: FrozenTrial) -> Entry:
     done = [r for r in _done(trial) if r.value is not None and math.isfinite(r.value)]
-    return Entry(f"t{trial.number}", tuple(r.value for r in done), tuple(r.seed for r in done))
+    values, seeds = tuple(r.value for r in done), tuple(r.seed for r in done)
+    return Entry(f"t{trial.number}", values, seeds, trial.state == TrialState.RUNNING)
