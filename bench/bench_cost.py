@@ -85,6 +85,7 @@ class Policy:
     level: float = 0.75  # forecast_level
     warmup: int = 1  # pruner_warmup_steps
     min_difference: float | None = None  # hydra.sweeper.min_difference (None: eval stderr)
+    wait_for_leader: bool = True  # False: racing before its stops waited for the leader
 
     @property
     def race(self) -> bool:
@@ -127,6 +128,9 @@ VARIANTS = (
     # toward the racing bar in runs (<= 75% of seeds=3's): the default with one seed less
     Policy("health_racing_max4", "auto", health=True, max_seeds=4),
     Policy("ours_max4", "auto", "forecast", health=True, max_seeds=4),
+    # the default before a stop against a racing leader waited (bench/COST.md, "Waiting for
+    # the leader")
+    Policy("health_racing_nowait", "auto", health=True, wait_for_leader=False),
 )
 BASELINE = "fixed3"
 
@@ -445,6 +449,7 @@ class Sweep:
                 True,
                 True,
                 self.policy.min_difference,
+                self.policy.wait_for_leader,
             )
             if step.action == racing.SEED:
                 flight.phase = "training"

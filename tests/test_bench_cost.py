@@ -235,7 +235,7 @@ def test_a_policy_s_min_difference_reaches_the_race():
 def test_a_configuration_tied_with_a_racing_leader_is_judged_again_on_its_last_mean():
     """b ties with the leader a at 3 seeds and holds while a races on; a's last seeds bring its
     mean to 0.496, and b, judged again, leads on fewer seeds than a, so it races to 5 and is
-    the pick: its 5-seed mean is 0.502 (stopped at 3, a would have been the pick)."""
+    the pick: its 5-seed mean is 0.502. Before the rule, b stopped at 3 and a was the pick."""
     values = {
         "a": [0.48, 0.50, 0.52, 0.48, 0.50],
         "b": [0.45, 0.51, 0.53, 0.49, 0.53],
@@ -248,3 +248,6 @@ def test_a_configuration_tied_with_a_racing_leader_is_judged_again_on_its_last_m
     races = {t.user_attrs[bc.CONFIG]: t.user_attrs[TrialAttr.RACE] for t in done.trials}
     assert races["b"] == "reached max_seeds=5, tied with t0"
     assert races["a"].startswith("cannot beat t1 after 5 seeds")
+    nowait = bc.Policy("r", "auto", wait_for_leader=False)
+    before = bc.outcome(bc.Sweep(p, nowait, ["a", "b", "c"], [0, 1, 2, 3, 4], "s", 2).run())
+    assert before["seeds"] == {"a": 5, "b": 3, "c": 2} and before["pick"] == "a"

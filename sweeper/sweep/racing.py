@@ -249,6 +249,7 @@ def look(
     maximize: bool,
     grid: bool,
     min_difference: float | None = None,
+    wait_for_leader: bool = True,
 ) -> Step:
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
@@ -257,6 +258,8 @@ def look(
     level is corrected for every configuration the study holds, queued (WAITING) included,
     so a grid's first looks are as strict as its verdict. min_difference: the setting
     (hydra.sweeper.min_difference; None: the eval's standard error, `minimal_difference`).
+    wait_for_leader: a grid's stops against a leader still racing wait (False: the race
+    before that rule, which bench/bench_cost.py replays beside it).
     """
     others, more_to_come, queued = [], False, 0
     for t in trials:
@@ -279,7 +282,7 @@ def look(
         grid and more_to_come,
         configurations,
         min_difference,
-        grid,
+        grid and wait_for_leader,
     )
 
 
