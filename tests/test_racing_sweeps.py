@@ -71,6 +71,24 @@ def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
     assert "beats the runner-up" not in done.stdout
 
 
+def test_a_configuration_tied_with_a_racing_leader_waits_until_the_leader_is_told(tmp_path):
+    # The objective is the lr, which both share: tied exactly, and t0 leads (the first by
+    # label). t0 holds after its 2 seeds, leading the known ones while t1 is to come; t1's tie
+    # is judged against t0 still open, so t1 holds too (racing.py _stop_or_wait) and is told
+    # only after t0. Without the wait, t1 would be told first, at its own look.
+    done = run_sweep(tmp_path, "kl_discount_factor=0.0,0.5", *BY_LR)
+    assert done.returncode == 0, done.stderr[-3000:]
+    t0, t1 = sorted(study_in(tmp_path).trials, key=lambda t: t.number)
+    assert [len(replicates(t)) for t in (t0, t1)] == [2, 2]
+    assert t0.user_attrs["race"].startswith("tied with t1 after 2 seeds")
+    assert t1.user_attrs["race"].startswith("tied with t0 after 2 seeds")  # re-judged, told
+    assert t0.datetime_complete < t1.datetime_complete
+    told = [line.split("] ")[1][:3] for line in done.stderr.splitlines() if ": tied with" in line]
+    assert told == ["t0:", "t1:"]
+    assert sum(_training_runs(tmp_path).values()) == 4
+    assert "are tied at this sample size" in done.stdout
+
+
 def test_a_race_interrupted_midway_continues_with_the_same_command(tmp_path):
     args = ["lr=1e-3,2e-3,3e-3", *BY_LR]
     sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
