@@ -671,6 +671,9 @@ def over_truths(per_pool: dict[str, dict]) -> dict:
         row = {"truths": len(here)}
         for key in ("right", "strict", "regret"):
             row[key] = over([h[key][0] for h in here], rate=key != "regret")
+        for key in (f"right_minus_{BASELINE}", f"regret_minus_{BASELINE}"):  # paired per truth
+            if all(key in h for h in here):
+                row[key] = over([h[key][0] for h in here])
         shares = [
             h[f"steps_share_of_{BASELINE}"] for h in here if f"steps_share_of_{BASELINE}" in h
         ]
@@ -680,16 +683,17 @@ def over_truths(per_pool: dict[str, dict]) -> dict:
     return out
 
 
+def shown(x: Sequence[float] | None, digits: int = 3, sign: str = "") -> str:
+    """A figure and its interval, [estimate, low, high], for a table ("-": not measured)."""
+    if x is None:
+        return "-"
+    low, high = (f"{v:{sign}.{digits}f}" for v in x[1:])
+    return f"{x[0]:{sign}.{digits}f} [{low}, {high}]"
+
+
 def tables(results: dict) -> list[str]:
     """The results as COST.md's markdown tables: per pool, then over truths."""
     lines = []
-
-    def rate(x: list[float]) -> str:
-        return f"{x[0]:.3f} [{x[1]:.3f}, {x[2]:.3f}]"
-
-    def diff(x: list[float] | None, digits: int = 3) -> str:
-        return "-" if x is None else f"{x[0]:+.{digits}f} [{x[1]:+.{digits}f}, {x[2]:+.{digits}f}]"
-
     for name, pool in results["pools"].items():
         grid = 3 * len(pool["truth"]) * pool["max_steps"]  # a seeds=3 grid prunes nothing
         vs = BASELINE if BASELINE in pool["summary"] else "fixed1"
@@ -705,28 +709,43 @@ def tables(results: dict) -> list[str]:
             share = s["trial_steps"][0] / grid
             lines.append(
                 f"| {p} | {s['trial_steps'][0]:.1f} ({share:.3f}) "
-                f"| {rate(s['right'])} | {rate(s['strict'])} | "
-                f"{s['regret'][0]:.4f} [{s['regret'][1]:.4f}, {s['regret'][2]:.4f}] | "
-                f"{diff(s.get(f'strict_minus_{vs}'))} | "
-                f"{diff(s.get(f'regret_minus_{vs}'), 4)} | {s['type1']} | {s['type2']} | "
+                f"| {shown(s['right'])} | {shown(s['strict'])} | {shown(s['regret'], 4)} | "
+                f"{shown(s.get(f'strict_minus_{vs}'), 3, '+')} | "
+                f"{shown(s.get(f'regret_minus_{vs}'), 4, '+')} | {s['type1']} | {s['type2']} | "
                 f"{s['best_stopped']:.3f} |"
             )
         lines.append("")
-    lines += [
+    return lines + over_table(results["over_truths"])
+
+
+def over_table(rows: dict) -> list[str]:
+    """over_truths' figures as a markdown table."""
+    lines = [
         f"Over truths (mean [95% t interval] over the pools' figures; share of {BASELINE}'s "
-        "trial-steps):",
+        f"trial-steps; minus {BASELINE}: each truth's paired difference):",
         "",
-        f"| policy | truths | right | strict | regret | share of {BASELINE} |",
-        "|---|---|---|---|---|---|",
+        f"| policy | truths | right | strict | regret | right - {BASELINE} | "
+        f"regret - {BASELINE} | share of {BASELINE} |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for p, row in results["over_truths"].items():
-        share = row.get(f"steps_share_of_{BASELINE}")
+    for p, row in rows.items():
         lines.append(
-            f"| {p} | {row['truths']} | {rate(row['right'])} | {rate(row['strict'])} | "
-            f"{row['regret'][0]:.4f} [{row['regret'][1]:.4f}, {row['regret'][2]:.4f}] | "
-            f"{'-' if share is None else rate(share)} |"
+            f"| {p} | {row['truths']} | {shown(row['right'])} | {shown(row['strict'])} | "
+            f"{shown(row['regret'], 4)} | {shown(row.get(f'right_minus_{BASELINE}'), 3, '+')} | "
+            f"{shown(row.get(f'regret_minus_{BASELINE}'), 4, '+')} | "
+            f"{shown(row.get(f'steps_share_of_{BASELINE}'))} |"
         )
     return lines
+
+
+def over_results(paths: Sequence[str]) -> dict:
+    """over_truths of every pool in several results files (one truth each: a held-out set
+    judged in its own run), keyed by file and pool, since each file names its pool alike."""
+    per_pool = {}
+    for path in paths:
+        for name, pool in json.loads(Path(path).read_text())["pools"].items():
+            per_pool[f"{Path(path).name}:{name}"] = pool["summary"]
+    return over_truths(per_pool)
 
 
 # --- validation: the simulation against a real sweep -----------------------------------
@@ -894,9 +913,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="curves")
     p.add_argument("--validate", nargs="+", help="real sweeps' folders (sweeps.db, mlflow.db)")
     p.add_argument("--table", help="print a results JSON's tables as markdown, and stop")
+    p.add_argument("--over", nargs="+", help="results JSONs: their figures over truths, and stop")
     args = p.parse_args(argv)
     if args.table:
         print("\n".join(tables(json.loads(Path(args.table).read_text()))))
+        return 0
+    if args.over:
+        print("\n".join(over_table(over_results(args.over))))
         return 0
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     memoized_forecasts()

@@ -129,6 +129,38 @@ def test_figures_over_truths_and_the_bar_of_issue_49():
     assert not bc.qualifies({**s, "regret_minus_fixed3": [0.001, 0.0, 0.002]})["qualifies"]
 
 
+def test_paired_differences_over_truths_from_several_results_files(tmp_path):
+    def summary(regret_minus: float) -> dict:
+        return {
+            "right": [1.0, 0.96, 1.0],
+            "strict": [0.5, 0.4, 0.6],
+            "regret": [0.003, 0.002, 0.004],
+            "regret_minus_fixed3": [regret_minus, regret_minus - 0.001, regret_minus + 0.001],
+            "right_minus_fixed3": [0.0, -0.03, 0.03],
+            "steps_share_of_fixed3": 0.5,
+        }
+
+    files = []
+    for i, regret_minus in enumerate((0.001, -0.003)):  # two held-out sets, one pool each
+        path = tmp_path / f"cost_set{i}.json"
+        path.write_text(
+            json.dumps({"pools": {"tiny-addition": {"summary": {"p": summary(regret_minus)}}}})
+        )
+        files.append(str(path))
+    row = bc.over_results(files)["p"]
+    assert row["truths"] == 2  # the same pool name in two files: two truths
+    mean, low, high = row["regret_minus_fixed3"]  # sd 0.002828, se 0.002, t(0.975, 1) 12.706
+    assert mean == pytest.approx(-0.001) and high - mean == pytest.approx(12.706 * 0.002, abs=1e-4)
+    assert row["right_minus_fixed3"] == [0.0, 0.0, 0.0]
+    partial = summary(0.0)
+    del partial["regret_minus_fixed3"]  # a file run without the baseline: no paired figure
+    one_without = bc.over_truths({"a": {"p": summary(0.0)}, "b": {"p": partial}})["p"]
+    assert "regret_minus_fixed3" not in one_without and "right_minus_fixed3" in one_without
+    table = bc.over_table(bc.over_results(files))
+    assert table[-1].startswith("| p | 2 | 1.000 [1.000, 1.000] |")
+    assert "| -0.0010 [-0.0264, +0.0244] |" in table[-1]
+
+
 def test_the_memoized_forecast_is_the_forecast(monkeypatch):
     monkeypatch.setattr(forecast, "forecast", forecast.forecast)  # put back after the test
     steps, values, ses = [0, 10, 20], [0.3, 0.25, 0.2], [0.02, 0.02, None]
