@@ -68,6 +68,7 @@ EVAL_UNTRUNCATED = "eval/untruncated_reward"
 
 # Params a run decides on this host and records beside its hyperparameters.
 ONEDNN_PARAM = "onednn"  # on | off: float32 linear layers computed through oneDNN
+THREADS_PARAM = "threads"  # the CPU threads torch computed with (trainer/model/cpu_threads.py)
 
 
 def stderr_of(mean_metric: str) -> str:

@@ -259,6 +259,12 @@ class MLflowRun:
         run.logged_through = last_step(run.client, run_id)
         return run
 
+    def log_decided(self, params: Mapping[str, Any]) -> None:
+        """Params the run decided on its host (oneDNN, threads): a resumed run keeps what its
+        first leg recorded (MLflow refuses a param's new value), its log says what it used."""
+        recorded = self.client.get_run(self.run_id).data.params
+        self.log_params({k: v for k, v in params.items() if k not in recorded})
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         items = [Param(k, str(v)[:6000]) for k, v in params.items()]
         for start in range(0, len(items), 100):  # MLflow accepts at most 100 params a batch
@@ -349,4 +355,4 @@ class MLflowReporter:
         self.run.log_metrics(step, metrics)
 
     def params(self, params: Mapping[str, Any]) -> None:
-        self.run.log_params(params)
+        self.run.log_decided(params)

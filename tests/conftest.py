@@ -26,11 +26,19 @@ from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the sweep job's schema, for `sweep`)
 import trainer  # noqa: F401  (registers the config schemas before composing)
+from trainer.model import cpu_threads
 from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.token_batch import collate
 from trainer.rl import rl_math
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test worker computes on its share of the cores (pytest-xdist's workers run side by
+    side, as a sweep's runs do: trainer/model/cpu_threads.py), not on every core each."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, cpu_threads.usable_cores() // workers))
 
 
 def compose_conf(

@@ -128,6 +128,7 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
         assert run.data.params["lr"] == str(t.params["lr"])
         assert run.data.params["loss.name"] == "importance_sampling"  # every resolved key
         assert run.data.params["onednn"] == "off"  # the trainer's choice, as its policy loaded
+        assert run.data.params["threads"] == "1"  # the tiny model: too small to split
         assert "trial.id" not in run.data.params
         history = client.get_metric_history(run.info.run_id, "reward/mean")
         assert [m.step for m in history] == list(range(1, t.user_attrs["steps_run"] + 1))

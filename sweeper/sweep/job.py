@@ -172,8 +172,8 @@ class TrialReporter:
             self.forecaster.resume(step, self.run)
 
     def params(self, params: Mapping[str, Any]) -> None:
-        """What the run decided as its policy loaded (oneDNN), beside its hyperparameters."""
-        self.run.log_params(params)
+        """What the run decided on this host (threads, oneDNN), beside its hyperparameters."""
+        self.run.log_decided(params)
 
     def _still_ours(self) -> None:
         # Taken over (another worker saw it stale and queued its point): stop writing at once.

@@ -67,6 +67,7 @@ from sweeper.sweep.tell import (
     tell_if_still_ours,
 )
 from sweeper.sweep.tuned import TunedFile
+from trainer.model import cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,9 @@ class SweepRunner:
             display.trials_run_here()
         processes = self.config.backend.processes  # devices a trial takes
         self.devices = DevicePool.from_setting(self.conf.devices, self.lanes, processes)
+        # Each run shares the host's cores with the others at once (launcher workers start
+        # after this, so they inherit it): trainer/model/cpu_threads.py.
+        os.environ[cpu_threads.RUNS_AT_ONCE] = str(self.lanes)
         display.quiet_third_party(self.config.hydra.verbose)
         study, self.parent_run_id = start_sweep(self.plan, self.config.experiment)
         with signals_interrupt():

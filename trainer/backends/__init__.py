@@ -16,12 +16,15 @@ TRL's GRPOTrainer with PEFT LoRA, in one or several processes. Modules:
   logged_run   one training run logged to MLflow (`python -m trainer`, and each sweep job)
   run_params   what a run records beside its hyperparameters (backend, version, oneDNN)
 
+`train` sets the run's CPU threads first (trainer/model/cpu_threads.py) and records the count.
+
 This layer sits on top of the trainer's others (it may import all of them); `trainer.train`
 is `train` here.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
@@ -37,6 +40,7 @@ __all__ = ["train", "validate"]
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     """One training run on the configured backend (the library API: `from trainer import
     train`)."""
+    use_threads(cfg, reporter)
     if cfg.backend.name == "trl":
         from trainer.backends.trl import train as train_with_trl
 
@@ -44,6 +48,24 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     from trainer.run.train import train as train_with_ours
 
     return train_with_ours(cfg, reporter)
+
+
+def use_threads(cfg: DictConfig, reporter: Reporter | None) -> None:
+    """Set this process's CPU threads for the run and hand the count to a reporter that
+    records it. A run over several processes: each rank sets its own (trainer/backends/rank.py)."""
+    from records.metrics import THREADS_PARAM
+    from trainer.model import cpu_threads
+    from trainer.sampling.model_source import model_path
+
+    if cfg.backend.processes > 1:
+        threads = cpu_threads.rank_threads(cfg.model.threads)
+    else:
+        threads = cpu_threads.decide(cfg.model.threads, model_path(cfg))
+        cpu_threads.apply(threads)
+    logging.getLogger("trainer").info("CPU threads: %d (%s)", threads.count, threads.why)
+    hook = getattr(reporter, "params", None)
+    if hook is not None:
+        hook({THREADS_PARAM: threads.count})
 
 
 def validate(cfg: DictConfig) -> list[str]:

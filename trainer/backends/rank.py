@@ -21,6 +21,7 @@ from trainer.backends.distributed import (
     ENV_PROCESSES,
     portable,
 )
+from trainer.model import cpu_threads
 
 
 class RankReporter:
@@ -69,7 +70,7 @@ def rank_entry() -> None:
             cfg.model.device = f"cuda:{local}"
             dist.init_process_group("nccl")
         else:
-            torch.set_num_threads(1)
+            torch.set_num_threads(cpu_threads.rank_threads(cfg.model.threads).count)
             dist.init_process_group("gloo")
         expected, world = int(os.environ[ENV_PROCESSES]), dist.get_world_size()
         if world != expected:

@@ -164,6 +164,13 @@ def _check_optimisation(cfg: DictConfig, warnings: list[str]) -> None:
     _require(0 <= cfg.lora_dropout < 1, "lora_dropout", cfg.lora_dropout, "must be in [0, 1)")
     dtype = cfg.model.dtype
     _require(dtype in DTYPES, "model.dtype", dtype, f"must be one of {DTYPES}")
+    threads = cfg.model.threads
+    _require(
+        threads == "auto" or (type(threads) is int and threads >= 1),
+        "model.threads",
+        threads,
+        "must be auto or a whole number >= 1",
+    )
 
 
 def _check_kl_and_loss(cfg: DictConfig, warnings: list[str]) -> None:
