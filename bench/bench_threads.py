@@ -5,7 +5,7 @@ processes, on the tiny model and on SmolLM2-135M, alternated.
     python bench/bench_threads.py --rounds 5     # writes bench/results/threads.json
 
 Each run is `python -m trainer` in a fresh process and directory, with `model.threads` set to
-the arm's value. A background load is N processes that spin in pure Python (`while True`), each
+the arm's value. A background load is N processes that spin in pure Python, each
 started before the run and killed after it. Within a round, every model and load runs every
 arm, in an order rotated each round (A B C, B C A, ...), so a drift of the host's speed falls on
 all arms alike. Per run: the whole command's wall time and the median of its training steps
@@ -29,7 +29,8 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
-SPIN = "while True: pass"
+# Spins in pure Python until its parent is gone, so a killed bench leaves no load behind.
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
 MODELS = {
     "tiny": ["max_steps=30", "eval_every=0"],
     "smollm2": [
