@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
-  mapping      our keys -> GRPOConfig (the one table) and the checks that refuse the rest
+  mapping      our keys -> GRPOConfig (the one table), TRL's metric names as ours, the checks
   data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
@@ -66,7 +66,7 @@ def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]
 def given_metrics(cfg: DictConfig) -> set[str]:
     """The metrics of ours this backend reports under fixed names (callback.py maps TRL's
     logs; grpo.py says when TRL keeps what the sampler-vs-learner KL needs)."""
-    from trainer.backends.trl.callback import SAME_MEANING
+    from trainer.backends.trl.mapping import SAME_MEANING
 
     given = {*SAME_MEANING.values(), metrics_names.GROUPS_MIXED}
     given.add(metrics_names.GROUPS_ZERO_ADVANTAGE)
@@ -83,7 +83,7 @@ def given_metrics(cfg: DictConfig) -> set[str]:
 
 def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | None:
     """One line naming each of the run's health rules whose metric it does not report."""
-    from trainer.backends.trl.callback import TRL_PREFIX
+    from trainer.backends.trl.mapping import TRL_PREFIX
 
     given = given_metrics(cfg)
     families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
