@@ -4,6 +4,7 @@
   data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
+  health_callback  our health rules in a user's own GRPOTrainer script (no sweep)
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
   recipe       a `trl grpo --config` YAML as our config (backend.config), and back
   recipe_task  a recipe's dataset and reward_funcs as our task
@@ -83,9 +84,15 @@ def given_metrics(cfg: DictConfig) -> set[str]:
 
 def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | None:
     """One line naming each of the run's health rules whose metric it does not report."""
+    line = unreported_rules(given_metrics(cfg), rules)
+    return None if line is None else f"backend=trl: {line}"
+
+
+def unreported_rules(given: set[str], rules: Iterable[HealthRule]) -> str | None:
+    """Which rules read a metric outside `given` (and outside the families a TRL run may log),
+    in a clause, or None."""
     from trainer.backends.trl.mapping import TRL_PREFIX
 
-    given = given_metrics(cfg)
     families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
     missing = [
         f"{r.name} ({r.metric})"
@@ -95,7 +102,7 @@ def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | No
     if not missing:
         return None
     return (
-        f"backend=trl: not available here, so these health rules never fire: {', '.join(missing)} "
+        f"not available here, so these health rules never fire: {', '.join(missing)} "
         "(docs/trl.md, 'What the health rules read')"
     )
 
@@ -160,7 +167,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
     resumed = resumed_from is not None
     reporting = Reporting(
-        cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts, _rewards(trainer)
+        cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts, step_rewards(trainer)
     )
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
@@ -186,7 +193,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     )
 
 
-def _rewards(trainer):
+def step_rewards(trainer):
     """The step's rewards, problems x group, from what TRL keeps of its last generation (its
     per-function rewards, gathered from every rank)."""
     from trainer.backends.trl.callback import group_rewards
