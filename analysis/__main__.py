@@ -2,7 +2,8 @@
 
 report   leaderboard in the terminal; HTML report + PNG figures in reports/<study>/,
          also logged to the study's MLflow parent run
-best     the tuned YAML of the best trial (what `+tuned=<study>` composes)
+best     the tuned YAML of the best trial (what `+tuned=<study>` composes); --log-model logs
+         its LoRA adapter as an MLflow model
 compare  two studies' best configs and objectives side by side
 rules    replay health rules on finished runs: each rule's prunes, catches, false prunes;
          with --experiment, which rule would have stopped each run of an MLflow experiment
@@ -65,6 +66,11 @@ def parser() -> argparse.ArgumentParser:
         "--trl-recipe",
         action="store_true",
         help="print the trials' `trl grpo` recipe (backend.config) with the tuned values",
+    )
+    b.add_argument(
+        "--log-model",
+        action="store_true",
+        help="log the best configuration's LoRA adapter as an MLflow model under the study's run",
     )
     b.set_defaults(func=cmd_best)
 
@@ -155,10 +161,13 @@ def log_report(data: StudyData, out: Path) -> None:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
+    from analysis.adapter_model import load_line, log_adapter_model, logged_model_line
     from analysis.tuned import tuned_yaml
 
     data = load_study(args.storage, args.study, with_mlflow=False)
-    sys.stdout.write(tuned_yaml(data, trl_recipe=args.trl_recipe))
+    text = tuned_yaml(data, trl_recipe=args.trl_recipe)
+    line = load_line(log_adapter_model(data)) if args.log_model else logged_model_line(data)
+    sys.stdout.write(text + (f"{line}\n" if line else ""))
     return 0
 
 
