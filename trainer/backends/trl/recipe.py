@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -124,19 +124,47 @@ def _parse(path: str, sha256: str) -> Recipe:
     from trl.scripts.grpo import GRPOScriptArguments
 
     parser = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig))
+    parser.error = _argparse_refusal(written)  # argparse would print its usage and exit
     with warnings.catch_warnings():  # TRL's own defaults use transformers' deprecated names
         warnings.simplefilter("ignore", FutureWarning)
         try:
             *parsed, unknown = parser.parse_args_and_config(
                 ["--config", path], return_remaining_strings=True
             )
+        except ConfigError:
+            raise
         except (ValueError, TypeError) as e:
             message = " ".join(str(e).split())
+            field = _named_by(message, written)
+            if field is not None:
+                raise _refuse(field, written[field], f"TRL refuses it: {message}") from None
             raise ConfigError(f"{KEY}={path!r}: TRL refuses it: {message}") from None
     if unknown:
         field = unknown[0].lstrip("-")
         raise _refuse(field, written.get(field), "not an option of `trl grpo`")
     return Recipe(path, sha256, written, *parsed)
+
+
+def _named_by(message: str, written: dict[str, Any]) -> str | None:
+    """The written field whose value an enum's error names ("cosin is not a valid ...")."""
+    if "is not a valid" not in message:
+        return None
+    for name, value in written.items():
+        if isinstance(value, str) and message.lstrip("'").startswith(value):
+            return name
+    return None
+
+
+def _argparse_refusal(written: dict[str, Any]):
+    """argparse's error (a value its type or choices refuse) as our one line naming the field."""
+
+    def error(message: str) -> NoReturn:
+        field = message.removeprefix("argument --").split(":", 1)[0].split("/")[0]
+        if field in written:
+            raise _refuse(field, written[field], f"TRL refuses it: {message.split(': ', 1)[-1]}")
+        raise ConfigError(f"{KEY}: TRL refuses it: {message}")
+
+    return error
 
 
 # --- which keys the command line set ----------------------------------------------------
