@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import AnalysisError, StudyData, mlflow_client, quick_mlflow
-from records.sweep import State, StudyAttr, replicates
+from records.sweep import State, StudyAttr, Tag, replicates
 
 MODEL_NAME = "tuned-adapter"
-MODEL_TAG = "sweeper.adapter_model"  # on the study's run: the model's URI
 BASE_PATH_TAG = "base_model_path"
 BASE_HASH_TAG = "base_model_sha256"
 
@@ -81,9 +80,9 @@ def log_adapter_model(data: StudyData) -> str:
     tags = {
         BASE_PATH_TAG: str(adapter.base),
         BASE_HASH_TAG: base_model_sha256(adapter.base),
-        "sweeper.study": data.name,
-        "sweeper.trial_number": str(adapter.trial),
-        "sweeper.seed": str(adapter.seed),
+        Tag.STUDY: data.name,
+        Tag.TRIAL_NUMBER: str(adapter.trial),
+        Tag.SEED: str(adapter.seed),
     }
     client = mlflow_client(uri)
     status = client.get_run(run_id).info.status
@@ -97,7 +96,7 @@ def log_adapter_model(data: StudyData) -> str:
             pip_requirements=[],  # the project's own install: nothing to infer
             tags=tags,
         )
-        mlflow.set_tag(MODEL_TAG, info.model_uri)
+        mlflow.set_tag(Tag.ADAPTER_MODEL, info.model_uri)
     client.set_terminated(run_id, status)
     return info.model_uri
 
@@ -110,7 +109,7 @@ def logged_model_line(data: StudyData) -> str | None:
         return None
     try:
         with quick_mlflow():
-            model = mlflow_client(uri).get_run(run_id).data.tags.get(MODEL_TAG)
+            model = mlflow_client(uri).get_run(run_id).data.tags.get(Tag.ADAPTER_MODEL)
     except Exception:  # an unreachable store: the YAML still prints
         return None
     return None if model is None else load_line(model)

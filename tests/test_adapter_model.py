@@ -17,11 +17,10 @@ from conftest import run_sweep, study_in, study_uri, sweep_env
 from analysis.adapter_model import (
     BASE_HASH_TAG,
     BASE_PATH_TAG,
-    MODEL_TAG,
     base_model_sha256,
     model_tags,
 )
-from records.sweep import StudyAttr, replicates
+from records.sweep import StudyAttr, Tag, replicates
 
 
 def greedy_tokens(model, tokenizer, prompt: str) -> list[int]:
@@ -53,7 +52,7 @@ def test_the_best_adapter_is_an_mlflow_model_that_generates_the_trials_tokens(tm
     study = study_in(tmp_path)
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     parent = client.get_run(study.user_attrs[StudyAttr.MLFLOW_PARENT_RUN_ID])
-    assert parent.data.tags[MODEL_TAG] == uri and parent.info.status == "FINISHED"
+    assert parent.data.tags[Tag.ADAPTER_MODEL] == uri and parent.info.status == "FINISHED"
     (seed,) = replicates(study.best_trial)
     adapter = os.path.join(seed.output_dir, "adapter")
     tags = model_tags(client, uri)
