@@ -13,10 +13,12 @@ Modules, one job each (the records and stores they read are records/'s):
   report      terminal leaderboard and the self-contained HTML report
   mlflow_ui   the link that opens a study's runs in the MLflow UI, and its saved view
   tuned       the best trial's tuned YAML (`python -m analysis best`, records/tuned_file.py's)
+  adapter_model  the best trial's LoRA adapter as an MLflow model naming its base model
   compare     two studies side by side
   sweep_job   the sweep job's config: the training schema plus the binding to its trial
   curve_labels  what became of a run, from its whole curve: learning, collapsed, hacked, ...
   rule_replay   health rules replayed on finished runs: prunes, catches, false prunes, delay
+  experiment_rules  the rules over an MLflow experiment's runs (TRL's too): the stops, steps saved
 
 `__main__` is `python -m analysis {report,best,compare,rules}`.
 """

@@ -2,9 +2,11 @@
 
 report   leaderboard in the terminal; HTML report + PNG figures in reports/<study>/,
          also logged to the study's MLflow parent run
-best     the tuned YAML of the best trial (what `+tuned=<study>` composes)
+best     the tuned YAML of the best trial (what `+tuned=<study>` composes); --log-model logs
+         its LoRA adapter as an MLflow model
 compare  two studies' best configs and objectives side by side
-rules    replay health rules on finished runs: each rule's prunes, catches, false prunes
+rules    replay health rules on finished runs: each rule's prunes, catches, false prunes;
+         with --experiment, which rule would have stopped each run of an MLflow experiment
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the trials' `trl grpo` recipe (backend.config) with the tuned values",
     )
+    b.add_argument(
+        "--log-model",
+        action="store_true",
+        help="log the best configuration's LoRA adapter as an MLflow model under the study's run",
+    )
     b.set_defaults(func=cmd_best)
 
     c = sub.add_parser("compare", help="two studies' best configs side by side")
@@ -76,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("rules", help="replay health rules on finished runs, with error rates")
     h.add_argument("--study", help="a study's runs (default: --curves, else the most recent)")
+    h.add_argument(
+        "--experiment",
+        help="the runs of this MLflow experiment (MLFLOW_TRACKING_URI; a plain TRL script's "
+        "too): which rule would have stopped each run, at which step, and the steps saved",
+    )
     h.add_argument("--storage", default=DEFAULT_STORAGE, help=storage_help)
     h.add_argument("--curves", nargs="+", type=Path, help="recorded-curve JSON files or folders")
     h.add_argument("--part", help="only the library's runs of this part (calibration, heldout)")
@@ -149,10 +161,13 @@ def log_report(data: StudyData, out: Path) -> None:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
+    from analysis.adapter_model import load_line, log_adapter_model, logged_model_line
     from analysis.tuned import tuned_yaml
 
     data = load_study(args.storage, args.study, with_mlflow=False)
-    sys.stdout.write(tuned_yaml(data, trl_recipe=args.trl_recipe))
+    text = tuned_yaml(data, trl_recipe=args.trl_recipe)
+    line = load_line(log_adapter_model(data)) if args.log_model else logged_model_line(data)
+    sys.stdout.write(text + (f"{line}\n" if line else ""))
     return 0
 
 
@@ -170,6 +185,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     if args.eval_every < 1:
         raise AnalysisError(f"--eval-every={args.eval_every}: must be an integer >= 1")
+    if args.experiment:
+        return experiment_rules(args.experiment)
     rules = None
     if args.curves:
         missing = [str(p) for p in args.curves if not p.exists()]
@@ -196,6 +213,27 @@ def cmd_rules(args: argparse.Namespace) -> int:
         rules = rule_replay.for_objective(lambda objective: default_rules(objective=objective))
     print(f"{source}, {which}:")
     print("\n".join(rule_replay.replay_table(rules, runs, args.eval_every)))
+    return 0
+
+
+def experiment_rules(experiment: str) -> int:
+    """`rules --experiment NAME`: the default rules (each run's held-out reward) over the
+    experiment's runs, in the store MLFLOW_TRACKING_URI names."""
+    import os
+
+    from analysis.experiment_rules import experiment_runs, stops_text
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        raise AnalysisError("--experiment: set MLFLOW_TRACKING_URI to the runs' tracking store")
+    try:
+        with quick_mlflow():
+            runs = experiment_runs(mlflow_client(uri), experiment)
+    except FileNotFoundError as e:
+        raise AnalysisError(f"MLFLOW_TRACKING_URI={uri}: {first_line(e)}") from None
+    if not runs:
+        raise AnalysisError(f"--experiment={experiment!r}: no runs with per-step metrics")
+    print("\n".join(stops_text(experiment, default_rules(), runs)))
     return 0
 
 

@@ -37,6 +37,7 @@ class Tag:
     RACE = "sweeper.race"  # seeds=auto: why the configuration got the seeds it got
     STOPPED = "sweeper.stopped"  # terminator=true: why the study stopped before n_trials
     WARNING_PREFIX = "sweeper.warning."  # + rule: a warning rule's first firing, one line
+    ADAPTER_MODEL = "sweeper.adapter_model"  # the best adapter's MLflow model (analysis best)
 
 
 # Metrics a sweep's job logs beside the run's own (records/metrics.py).

@@ -1,9 +1,10 @@
 """TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
-  mapping      our keys -> GRPOConfig (the one table) and the checks that refuse the rest
+  mapping      our keys -> GRPOConfig (the one table), TRL's metric names as ours, the checks
   data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
+  health_callback  our health rules in a user's own GRPOTrainer script (no sweep)
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
   recipe       a `trl grpo --config` YAML as our config (backend.config), and back
   recipe_task  a recipe's dataset and reward_funcs as our task
@@ -66,7 +67,7 @@ def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]
 def given_metrics(cfg: DictConfig) -> set[str]:
     """The metrics of ours this backend reports under fixed names (callback.py maps TRL's
     logs; grpo.py says when TRL keeps what the sampler-vs-learner KL needs)."""
-    from trainer.backends.trl.callback import SAME_MEANING
+    from trainer.backends.trl.mapping import SAME_MEANING
 
     given = {*SAME_MEANING.values(), metrics_names.GROUPS_MIXED}
     given.add(metrics_names.GROUPS_ZERO_ADVANTAGE)
@@ -83,9 +84,15 @@ def given_metrics(cfg: DictConfig) -> set[str]:
 
 def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | None:
     """One line naming each of the run's health rules whose metric it does not report."""
-    from trainer.backends.trl.callback import TRL_PREFIX
+    line = unreported_rules(given_metrics(cfg), rules)
+    return None if line is None else f"backend=trl: {line}"
 
-    given = given_metrics(cfg)
+
+def unreported_rules(given: set[str], rules: Iterable[HealthRule]) -> str | None:
+    """Which rules read a metric outside `given` (and outside the families a TRL run may log),
+    in a clause, or None."""
+    from trainer.backends.trl.mapping import TRL_PREFIX
+
     families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
     missing = [
         f"{r.name} ({r.metric})"
@@ -95,7 +102,7 @@ def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | No
     if not missing:
         return None
     return (
-        f"backend=trl: not available here, so these health rules never fire: {', '.join(missing)} "
+        f"not available here, so these health rules never fire: {', '.join(missing)} "
         "(docs/trl.md, 'What the health rules read')"
     )
 
@@ -160,7 +167,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     evaluator = _evaluator(cfg, trainer, tokenizer, task) if main else None
     resumed = resumed_from is not None
     reporting = Reporting(
-        cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts, _rewards(trainer)
+        cfg, reporter, evaluator, trainer.step_kls, resumed, data.timeouts, step_rewards(trainer)
     )
     trainer.add_callback(reporting)
     trainer.remove_callback(PrinterCallback)  # disable_tqdm's stand-in: our reporter logs
@@ -186,7 +193,7 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     )
 
 
-def _rewards(trainer):
+def step_rewards(trainer):
     """The step's rewards, problems x group, from what TRL keeps of its last generation (its
     per-function rewards, gathered from every rank)."""
     from trainer.backends.trl.callback import group_rewards

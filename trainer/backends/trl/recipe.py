@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -124,19 +124,47 @@ def _parse(path: str, sha256: str) -> Recipe:
     from trl.scripts.grpo import GRPOScriptArguments
 
     parser = TrlParser((GRPOScriptArguments, GRPOConfig, ModelConfig, DatasetMixtureConfig))
+    parser.error = _argparse_refusal(written)  # argparse would print its usage and exit
     with warnings.catch_warnings():  # TRL's own defaults use transformers' deprecated names
         warnings.simplefilter("ignore", FutureWarning)
         try:
             *parsed, unknown = parser.parse_args_and_config(
                 ["--config", path], return_remaining_strings=True
             )
+        except ConfigError:
+            raise
         except (ValueError, TypeError) as e:
             message = " ".join(str(e).split())
+            field = _named_by(message, written)
+            if field is not None:
+                raise _refuse(field, written[field], f"TRL refuses it: {message}") from None
             raise ConfigError(f"{KEY}={path!r}: TRL refuses it: {message}") from None
     if unknown:
         field = unknown[0].lstrip("-")
         raise _refuse(field, written.get(field), "not an option of `trl grpo`")
     return Recipe(path, sha256, written, *parsed)
+
+
+def _named_by(message: str, written: dict[str, Any]) -> str | None:
+    """The written field whose value an enum's error names ("cosin is not a valid ...")."""
+    if "is not a valid" not in message:
+        return None
+    for name, value in written.items():
+        if isinstance(value, str) and message.lstrip("'").startswith(value):
+            return name
+    return None
+
+
+def _argparse_refusal(written: dict[str, Any]):
+    """argparse's error (a value its type or choices refuse) as our one line naming the field."""
+
+    def error(message: str) -> NoReturn:
+        field = message.removeprefix("argument --").split(":", 1)[0].split("/")[0]
+        if field in written:
+            raise _refuse(field, written[field], f"TRL refuses it: {message.split(': ', 1)[-1]}")
+        raise ConfigError(f"{KEY}: TRL refuses it: {message}")
+
+    return error
 
 
 # --- which keys the command line set ----------------------------------------------------
@@ -311,26 +339,77 @@ def _model(recipe: Recipe, put) -> None:
             "model_name_or_path", path, "must be a local model directory (no hub downloads)"
         )
     put("model.path", str(Path(path).expanduser()))
-    put("model.dtype", m.dtype)
+    put("model.dtype", lambda: _dtype(m.dtype, path))
     put("lora_rank", m.lora_r if m.use_peft else 0)
     put("lora_alpha", m.lora_alpha)
     put("lora_dropout", float(m.lora_dropout))
     put("lora_target_modules", lambda: _lora_targets(m.lora_target_modules, path))
 
 
-def _lora_targets(given: list[str] | None, model_dir: str) -> list[str]:
-    """The recipe's lora_target_modules; None: PEFT's default for the model's type, as
-    TRL's get_peft_config leaves it to PEFT."""
+def _lora_targets(given: str | list[str] | None, model_dir: str) -> list[str]:
+    """The recipe's lora_target_modules in every form TRL hands PEFT: a list of module names;
+    `all-linear`; any other string, a regex PEFT full-matches against each module's whole
+    name (ModelConfig turns a one-name list into that string); None, PEFT's default for the
+    model's type, as TRL's get_peft_config leaves it to PEFT."""
+    if isinstance(given, str):
+        return ["all-linear"] if given == "all-linear" else _regex_targets(given, model_dir)
     if given:
         return list(given)
-    import json
-
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
-    model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+    model_type = _model_config(model_dir).get("model_type")
     if model_type not in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
         raise _refuse("lora_target_modules", None, f"PEFT has no default for {model_type!r}")
     return list(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING[model_type])
+
+
+def _dtype(given: str | None, model_dir: str) -> str:
+    """ModelConfig's dtype as our model.dtype: `auto` (or None) is the checkpoint's own, as
+    transformers reads it (float32 where the config names none)."""
+    if given not in (None, "auto"):
+        return given
+    config = _model_config(model_dir)
+    return str(config.get("dtype") or config.get("torch_dtype") or "float32")
+
+
+def _model_config(model_dir: str) -> dict[str, Any]:
+    import json
+
+    return json.loads((Path(model_dir) / "config.json").read_text())
+
+
+def _regex_targets(pattern: str, model_dir: str) -> list[str]:
+    """The module names a regex target matches, as a list PEFT matches the same modules by:
+    their last parts when the regex takes every module of those names, else whole names."""
+    import re
+
+    names = _linear_modules(model_dir)
+    try:
+        matched = [name for name in names if re.fullmatch(pattern, name)]
+    except re.error as e:
+        raise _refuse("lora_target_modules", pattern, f"not a regex PEFT can read ({e})") from None
+    if not matched:
+        raise _refuse(
+            "lora_target_modules",
+            pattern,
+            "one name is a regex over whole module names in TRL and PEFT, and this one matches "
+            "no linear layer of the model; list the names ([q_proj, v_proj]) or give a regex "
+            "such as '.*\\.q_proj'",
+        )
+    last = {name.rsplit(".", 1)[-1] for name in matched}
+    every = [name for name in names if name.rsplit(".", 1)[-1] in last]
+    return sorted(last) if every == matched else matched
+
+
+@cache
+def _linear_modules(model_dir: str) -> list[str]:
+    """The whole names of the model's linear layers, from its config alone (no weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
 
 
 def _task(recipe: Recipe, cfg: DictConfig) -> dict[str, Any]:
@@ -343,6 +422,8 @@ def _task(recipe: Recipe, cfg: DictConfig) -> dict[str, Any]:
         raise _refuse("dataset_streaming", True, "a sweep reads the dataset whole")
     if not s.dataset_name:
         raise _refuse("dataset_name", None, "must be given")
+    if isinstance(s.reward_funcs, str):  # `trl grpo` would read it letter by letter
+        raise _refuse("reward_funcs", s.reward_funcs, f"must be a list: [{s.reward_funcs}]")
     if not s.reward_funcs and not s.reward_model_name_or_path:
         raise _refuse("reward_funcs", s.reward_funcs, "must name at least one reward")
     rewards = reward_model_entries(s.reward_model_name_or_path, recipe.grpo)  # first, as TRL's
@@ -496,9 +577,6 @@ def _value(cfg: DictConfig, key: str) -> Any:
 
 def _lr(cfg: DictConfig) -> float:
     """The run's lr as TRL gets it (lr=auto from the model's hidden size)."""
-    import json
-
     from trainer.run.lr import resolve_lr
 
-    config = Path(cfg.model.path) / "config.json"
-    return resolve_lr(cfg, json.loads(config.read_text())["hidden_size"])
+    return resolve_lr(cfg, _model_config(cfg.model.path)["hidden_size"])
