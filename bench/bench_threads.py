@@ -2,7 +2,7 @@
 processes, on the tiny model and on SmolLM2-135M, alternated.
 
     python tests/real_model.py                   # builds SmolLM2 once
-    python bench/bench_threads.py --rounds 5     # writes bench/results/threads.json
+    python bench/bench_threads.py --rounds 5 --note "quiet"   # bench/results/threads.json
 
 Each run is `python -m trainer` in a fresh process and directory, with `model.threads` set to
 the arm's value. A background load is N processes that spin in pure Python, each
@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--loads", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--arms", nargs="+", default=["1", str(os.cpu_count()), "auto"])
     parser.add_argument("--out", default=str(RESULTS / "threads.json"))
+    parser.add_argument("--note", default="", help="how the host was used beside the bench")
     args = parser.parse_args()
     cells: dict[str, list[dict]] = {}
     for r in range(args.rounds):
@@ -120,8 +121,7 @@ def main() -> None:
         }
         for name, runs in cells.items()
     }
-    note = "alternated rounds; other engineers' work ran niced (nice 10) beside at times"
-    result = {"machine": machine(note), "rounds": args.rounds, "cells": table, "raw": cells}
+    result = {"machine": machine(args.note), "rounds": args.rounds, "cells": table, "raw": cells}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     for name, cell in table.items():
         s, w = cell["step_s"], cell["wall_s"]

@@ -35,9 +35,11 @@ CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each test worker computes on its share of the cores (pytest-xdist's workers run side by
-    side, as a sweep's runs do: trainer/model/cpu_threads.py), not on every core each."""
+    """Each test worker computes on its share of the cores, and so do the runs it starts
+    (pytest-xdist's workers run side by side, as a sweep's lanes do: trainer/model/
+    cpu_threads.py), not on every core each."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault(cpu_threads.RUNS_AT_ONCE, str(workers))
     torch.set_num_threads(max(1, cpu_threads.usable_cores() // workers))
 
 

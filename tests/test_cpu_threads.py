@@ -16,36 +16,32 @@ from records import metrics
 from trainer.backends import train
 from trainer.base.errors import ConfigError
 from trainer.model import cpu_threads
-from trainer.model.cpu_threads import SPLIT_MIN_ELEMENTS, choose
+from trainer.model.cpu_threads import choose
 from trainer.run.validation import validate
-
-TINY, SMOLLM2 = 128 * 256, 576 * 1536  # each model's largest linear weight, output layer aside
 
 
 @pytest.mark.parametrize(
-    ("largest", "cores", "runs", "busy", "expected"),
+    ("cores", "runs", "busy", "expected"),
     [
-        (TINY, 2, 1, 0.0, 1),  # too small to split, even on an idle host
-        (TINY, 64, 1, 0.0, 1),
-        (SMOLLM2, 2, 1, 0.0, 2),  # alone: every core
-        (SMOLLM2, 2, 1, 0.4, 2),  # a core counts as taken above half of it
-        (SMOLLM2, 2, 1, 0.6, 1),
-        (SMOLLM2, 2, 1, 1.0, 1),  # beside one busy process
-        (SMOLLM2, 2, 1, 3.0, 1),  # never fewer than one
-        (SMOLLM2, 8, 2, 0.0, 4),  # the sweep's two lanes share the cores
-        (SMOLLM2, 8, 3, 3.0, 2),  # 8 // 3 = 2, and 8 - 3 = 5 are free
-        (SMOLLM2, 8, 1, 5.0, 3),
-        (SMOLLM2, 2, 4, 0.0, 1),
-        (SPLIT_MIN_ELEMENTS, 4, 1, 0.0, 4),  # the bound itself splits
+        (2, 1, 0.0, 2),  # alone: every core
+        (2, 1, 0.4, 2),  # a core counts as taken above half of it
+        (2, 1, 0.6, 1),
+        (2, 1, 1.0, 1),  # beside one busy process
+        (2, 1, 3.0, 1),  # never fewer than one
+        (8, 2, 0.0, 4),  # the sweep's two lanes share the cores
+        (8, 3, 3.0, 2),  # 8 // 3 = 2, and 8 - 3 = 5 are free
+        (8, 1, 5.0, 3),
+        (2, 4, 0.0, 1),
+        (1, 1, 0.0, 1),
     ],
 )
-def test_the_rule_on_hand_computed_cases(largest, cores, runs, busy, expected):
-    assert choose(largest, cores, runs, busy).count == expected
+def test_the_rule_on_hand_computed_cases(cores, runs, busy, expected):
+    assert choose(cores, runs, busy).count == expected
 
 
 def test_the_reason_names_what_decided():
-    assert "too small to split" in choose(TINY, 2, 1, 0.0).why
-    assert choose(SMOLLM2, 8, 2, 3.0).why == "8 cores, 2 runs at once, 3.0 busy elsewhere"
+    assert choose(2, 1, 0.0).why == "2 cores"
+    assert choose(8, 2, 3.0).why == "8 cores, 2 runs at once, 3.0 busy elsewhere"
 
 
 def test_a_containers_quota_caps_the_cores(tmp_path):
@@ -105,7 +101,9 @@ def test_a_run_records_its_threads_and_an_override_wins(
     composed, new_recorder, torch_threads, monkeypatch
 ):
     monkeypatch.delenv(cpu_threads.USER_VARIABLE, raising=False)
-    for setting, expected in (("auto", 1), ("2", 2)):  # auto: the tiny model is too small
+    # auto, as many runs at once as cores: one core each, whatever else runs
+    monkeypatch.setenv(cpu_threads.RUNS_AT_ONCE, str(cpu_threads.usable_cores()))
+    for setting, expected in (("auto", 1), ("2", 2)):
         recorder = new_recorder()
         train(composed("max_steps=1", "task.eval_size=8", f"model.threads={setting}"), recorder)
         assert recorder.decided[metrics.THREADS_PARAM] == expected

@@ -4,6 +4,7 @@ MlflowClient. Each run is a few steps on tiny batches of the embedded model."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -128,7 +129,7 @@ def test_mlflow_has_a_parent_run_and_one_child_per_trial(grid_dir):
         assert run.data.params["lr"] == str(t.params["lr"])
         assert run.data.params["loss.name"] == "importance_sampling"  # every resolved key
         assert run.data.params["onednn"] == "off"  # the trainer's choice, as its policy loaded
-        assert run.data.params["threads"] == "1"  # the tiny model: too small to split
+        assert 1 <= int(run.data.params["threads"]) <= os.cpu_count()  # the run's own choice
         assert "trial.id" not in run.data.params
         history = client.get_metric_history(run.info.run_id, "reward/mean")
         assert [m.step for m in history] == list(range(1, t.user_attrs["steps_run"] + 1))

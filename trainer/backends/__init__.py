@@ -55,12 +55,11 @@ def use_threads(cfg: DictConfig, reporter: Reporter | None) -> None:
     records it. A run over several processes: each rank sets its own (trainer/backends/rank.py)."""
     from records.metrics import THREADS_PARAM
     from trainer.model import cpu_threads
-    from trainer.sampling.model_source import model_path
 
     if cfg.backend.processes > 1:
         threads = cpu_threads.rank_threads(cfg.model.threads)
     else:
-        threads = cpu_threads.decide(cfg.model.threads, model_path(cfg))
+        threads = cpu_threads.decide(cfg.model.threads)
         cpu_threads.apply(threads)
     logging.getLogger("trainer").info("CPU threads: %d (%s)", threads.count, threads.why)
     hook = getattr(reporter, "params", None)

@@ -47,7 +47,7 @@ class ModelConfig:
     # scored in float32 (docs/training.md, "Precision").
     dtype: str = "float32"
     device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
-    # CPU threads torch computes with: auto chooses from the model's size, the usable cores and
+    # CPU threads torch computes with: auto shares the usable cores with the runs at once and
     # what else runs on the host (trainer/model/cpu_threads.py); N sets it.
     threads: Any = "auto"
     tiny: TinyModelRecipe = field(default_factory=TinyModelRecipe)

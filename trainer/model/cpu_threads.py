@@ -1,18 +1,18 @@
-"""The CPU threads a run computes with, chosen for its model and for what else runs.
+"""The CPU threads a run computes with, chosen for the host and for what else runs on it.
 
 torch takes every core by default. Where anything else runs beside a run (the sweep's other
-lanes, a second test worker, a user's other work), its threads wait on each other: measured
-here, two threads beside one busy process trained the tiny model slower than one thread
-(bench/THREADS.md). The rule, `choose`, in order:
+lanes, a second test worker, a user's other work), its threads wait on each other: two threads
+beside one busy process trained the tiny model 1.6x slower than one thread, and 12x slower
+beside the test suite (bench/THREADS.md). Alone on the host, two threads win on every model
+measured, the tiny one included. The rule:
 
 1. `model.threads=N` wins; so does OMP_NUM_THREADS when the user set it (torch read it).
-2. A model whose largest linear weight is under SPLIT_MIN_ELEMENTS gets one thread: its
-   products are too small for a second thread to pay for itself.
-3. Else the cores this process may use (its CPU affinity, a container's CPU quota), shared
-   among the runs at once on this host (RUNS_AT_ONCE, set by the sweep for its lanes), less
-   the cores other processes kept busy over a short look; at least one.
+2. Else the cores this process may use (its CPU affinity, a container's CPU quota), shared
+   among the runs at once on this host (RUNS_AT_ONCE: the sweep's lanes, the test workers),
+   less the cores other processes kept busy over a short look; at least one (`choose`).
 
-The choice is made once, as the run starts, and recorded (records.metrics.THREADS_PARAM).
+The choice is made once, as the run starts, and recorded (records.metrics.THREADS_PARAM). The
+thread count changes float rounding: a run's numbers are reproducible at a fixed count.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Below this many elements in its largest linear weight a model trains on one thread. The tiny
-# model's largest is 32,768 (128 x 256) and SmolLM2-135M's 884,736 (576 x 1,536, the output
-# layer aside); bench/THREADS.md measures both, quiet and beside other work.
-SPLIT_MIN_ELEMENTS = 1 << 17
 RUNS_AT_ONCE = "GRPO_SWEEPER_RUNS_AT_ONCE"  # runs at once on this host (the sweep's lanes)
 LOOK_S = 0.3  # how long `busy_elsewhere` watches the host's CPU time
 USER_VARIABLE = "OMP_NUM_THREADS"
@@ -38,20 +34,17 @@ class Threads:
     why: str
 
 
-def choose(largest_weight: int, cores: int, runs_at_once: int, busy_elsewhere: float) -> Threads:
-    """Rules 2 and 3 above, pure. `busy_elsewhere`: cores other processes kept busy."""
-    if largest_weight < SPLIT_MIN_ELEMENTS:
-        return Threads(1, f"largest weight {largest_weight:,} elements: too small to split")
+def choose(cores: int, runs_at_once: int, busy_elsewhere: float) -> Threads:
+    """Rule 2 above, pure. `busy_elsewhere`: cores other processes kept busy."""
     share = max(1, cores // max(1, runs_at_once))
     # A core counts as taken once another process used more than half of it.
     free = max(1, cores - math.floor(busy_elsewhere + 0.5))
-    count = min(share, free)
     parts = [f"{cores} cores"]
     if runs_at_once > 1:
         parts.append(f"{runs_at_once} runs at once")
     if free < cores:
         parts.append(f"{busy_elsewhere:.1f} busy elsewhere")
-    return Threads(count, ", ".join(parts))
+    return Threads(min(share, free), ", ".join(parts))
 
 
 def usable_cores() -> int:
@@ -110,27 +103,9 @@ def _own_cpu() -> float:
     return times.user + times.system
 
 
-def largest_weight(path: str) -> int:
-    """The element count of the largest linear weight of the checkpoint in `path`, from its
-    config alone (built on the meta device: no weights read). The output layer aside: its
-    product is split by the chunked log-probs' own loop, not by thread count alone."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
-    output = model.get_output_embeddings()
-    sizes = [
-        m.weight.numel()
-        for m in model.modules()
-        if isinstance(m, torch.nn.Linear) and m is not output
-    ]
-    return max(sizes, default=0)
-
-
-def decide(setting: object, model_dir: str) -> Threads:
+def decide(setting: object) -> Threads:
     """The run's threads: `model.threads` (auto or N), else the user's OMP_NUM_THREADS, else
-    `choose` for this model on this host."""
+    `choose` on this host."""
     import torch
 
     if setting != "auto":
@@ -138,9 +113,7 @@ def decide(setting: object, model_dir: str) -> Threads:
     if os.environ.get(USER_VARIABLE):
         return Threads(torch.get_num_threads(), f"{USER_VARIABLE}={os.environ[USER_VARIABLE]}")
     runs_at_once = int(os.environ.get(RUNS_AT_ONCE, "1") or 1)
-    largest = largest_weight(model_dir)
-    busy = busy_elsewhere() if largest >= SPLIT_MIN_ELEMENTS else 0.0  # the look takes LOOK_S
-    return choose(largest, usable_cores(), runs_at_once, busy)
+    return choose(usable_cores(), runs_at_once, busy_elsewhere())
 
 
 def rank_threads(setting: object) -> Threads:
