@@ -29,7 +29,7 @@ from records.database import (
     sqlite_path,
 )
 from records.defaults import DEFAULT_EXPERIMENT
-from records.errors import first_line
+from records.errors import StoreUnusable, first_line
 from records.metrics import (
     ENTROPY,
     EVAL_REWARD,
@@ -42,7 +42,8 @@ from records.metrics import (
     REWARD,
     stderr_of,
 )
-from records.optuna_storage import ResilientRDBStorage
+from records.optuna_storage import ResilientRDBStorage, optuna_schema
+from records.sqlite_schema import made_whole
 from records.sweep import (
     FORECAST_HIGH,
     FORECAST_MEAN,
@@ -161,13 +162,15 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     )
     store = f"the Optuna storage {shown_url(url)}"
     try:
+        if path is not None:  # another client may be creating it: waited on, never raced
+            made_whole(path, store, optuna_schema(url))
         return retried(
             lambda: ResilientRDBStorage(
                 url, skip_table_creation=True, engine_kwargs=kwargs, store=store
             ),
             store,
         )
-    except DatabaseUnreachable as e:
+    except (DatabaseUnreachable, StoreUnusable) as e:
         raise AnalysisError(str(e)) from None
     except Exception as e:  # driver, sqlalchemy and OS errors alike: name the URL
         raise AnalysisError(f"cannot open the Optuna storage {url}: {first_line(e)}") from None
@@ -310,11 +313,14 @@ def mlflow_client(uri: str) -> Any:
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    from records.tracking import ResilientMlflowClient
+    from records.tracking import ResilientMlflowClient, mlflow_schema
 
     if scheme(uri) not in DATABASE_SCHEMES:  # a server: MLflow's own retries (quick_mlflow)
         return MlflowClient(uri)
-    return retried(lambda: ResilientMlflowClient(uri), f"the MLflow store {shown_url(uri)}")
+    store = f"the MLflow store {shown_url(uri)}"
+    if path is not None:  # another client may be creating it: waited on, never raced
+        made_whole(path, store, mlflow_schema(uri))
+    return retried(lambda: ResilientMlflowClient(uri), store)
 
 
 def _training_runs(client: Any, data: StudyData) -> dict[int, dict[int, str]]:

@@ -8,6 +8,7 @@ sweeper and the analysis all stand on. It imports none of them (tests/test_impor
   errors          an error as the one line a person reads; a store set so it cannot be used
   database        databases that may blink: drivers, retries, leases, creation races
   locks           flock on a local file several processes share
+  sqlite_schema   a SQLite store's tables made in one transaction; another client's waited on
   tracking        MLflow: every write of the project, through a client that outlasts a restart
   optuna_storage  Optuna's storage opened safely, every call retried, the plan's lock
   tuned_file      tuned/<study>.yaml: the best trial's settings, written and read back

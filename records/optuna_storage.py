@@ -35,6 +35,7 @@ from records.database import (
 )
 from records.errors import StoreUnusable, first_line
 from records.locks import flocked
+from records.sqlite_schema import Schema, made_whole
 
 SQLITE_TIMEOUT_S = 60  # several processes write one SQLite file: wait for the lock
 CONNECT_TIMEOUT_S = 10  # a server that does not answer is retried, not waited on forever
@@ -151,6 +152,8 @@ def open_storage(
     def create() -> RDBStorage:
         with schema_lock(url, store_name(url), path, window_s), warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if path is not None:  # made in one transaction, or another client's waited on
+                made_whole(path, store_name(url), optuna_schema(url))
             return created_despite_others(  # optuna-dashboard may be creating it too
                 lambda: ResilientRDBStorage(
                     url,
@@ -164,6 +167,8 @@ def open_storage(
 
     try:
         return retried(create, store_name(url), window_s)
+    except StoreUnusable:
+        raise
     except DatabaseUnreachable as e:
         if patient:
             raise
@@ -171,6 +176,35 @@ def open_storage(
     except Exception as e:  # sqlalchemy, driver and OS errors alike: say which URL failed
         reason = first_line(e)
     raise StoreUnusable(f"{store_name(url)}: cannot open it ({reason})") from None
+
+
+def optuna_schema(url: str) -> Schema:
+    """An Optuna storage as records/sqlite_schema.py makes it whole: its tables, its version
+    row and its alembic revision, made by RDBStorage itself (which also completes a store
+    whose maker stopped before the last two)."""
+    from optuna.storages._rdb import models
+
+    def whole(engine: Any) -> bool:
+        import sqlalchemy
+
+        tables = set(sqlalchemy.inspect(engine).get_table_names())
+        if not {*models.BaseModel.metadata.tables, "alembic_version"} <= tables:
+            return False
+        with engine.connect() as connection:  # one version row, one alembic revision
+            rows = [
+                connection.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar()
+                for table in ("version_info", "alembic_version")
+            ]
+        return rows == [1, 1]
+
+    def build(url: str, engine_kwargs: dict[str, Any]) -> None:
+        RDBStorage(url, engine_kwargs=engine_kwargs).engine.dispose()
+
+    advice = (
+        "a client that was creating it stopped midway, or another Optuna made it: back it up "
+        f"and run `optuna storage upgrade --storage {url}`, or delete it if it holds no study"
+    )
+    return Schema(whole, build, advice)
 
 
 @contextlib.contextmanager

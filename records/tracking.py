@@ -40,6 +40,7 @@ from records.database import (
     sqlite_path,
 )
 from records.errors import StoreUnusable, first_line
+from records.sqlite_schema import Schema, made_whole
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.
 BOOKKEEPING_KEYS = ("output_dir", "resume", "experiment")
@@ -163,6 +164,8 @@ def _database_client(uri: str, window_s: float | None) -> ResilientMlflowClient:
         if sqlite_file is None:  # fail fast where MLflow would retry its engine for minutes
             _probe(uri)
         with schema_lock(uri, _store(uri), sqlite_file, window_s):
+            if sqlite_file is not None:  # made in one transaction, or another client's waited on
+                made_whole(sqlite_file, _store(uri), mlflow_schema(uri))
             return created_despite_others(lambda: _created_client(uri), _store(uri))
 
     return retried(create, _store(uri), window_s)
@@ -175,6 +178,30 @@ def _created_client(uri: str) -> ResilientMlflowClient:
     client = ResilientMlflowClient(uri)
     MlflowClient.search_experiments(client, max_results=1)  # the store is created here
     return client
+
+
+def mlflow_schema(uri: str) -> Schema:
+    """An MLflow store as records/sqlite_schema.py makes it whole: what MLflow's own
+    SqlAlchemyStore does on first use (MLflow keeps these helpers private)."""
+    from mlflow.store.db import utils
+
+    def whole(engine: Any) -> bool:
+        head = utils._get_latest_schema_revision()
+        return utils._all_tables_exist(engine) and utils._get_schema_version(engine) == head
+
+    def build(url: str, engine_kwargs: dict[str, Any]) -> None:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(url, **engine_kwargs)
+        if not utils._all_tables_exist(engine):  # new, half-made or older: create and migrate
+            utils._initialize_tables(engine)
+        utils._verify_schema(engine)  # tables all there but older: MLflow says to upgrade
+
+    advice = (
+        "a client that was creating or upgrading it stopped midway, or an older MLflow made "
+        f"it: back it up and run `mlflow db upgrade {uri}`, or delete it if it holds no runs"
+    )
+    return Schema(whole, build, advice)
 
 
 def _probe(uri: str) -> None:

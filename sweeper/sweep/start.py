@@ -21,13 +21,13 @@ def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
     """The plan's study and its parent run id, the study's runs link and plan said."""
     s, name, search_sampler = plan.settings, plan.name, plan.search_sampler
     set_retry_window(s.db_retry_seconds)
+    spec = StudySpec(name, plan.space, search_sampler, s, experiment)
     try:
         check_tracking_uri()
         storage = open_storage(s.storage, s.heartbeat_interval, s.grace_period, patient=False)
+        study, parent_run_id = open_study(storage, spec)  # opens (or creates) MLflow's store
     except StoreUnusable as e:
         raise SweepError(str(e)) from None
-    spec = StudySpec(name, plan.space, search_sampler, s, experiment)
-    study, parent_run_id = open_study(storage, spec)
     for line in runs.runs_link(experiment, name, study.user_attrs):
         say(f"[sweep {name}] {line.strip()}")
     if not s.terminator and study.user_attrs.get(StudyAttr.STOPPED):

@@ -44,9 +44,9 @@ def train_and_log(cfg: DictConfig) -> float:
 
     try:
         check_tracking_uri()
+        run = MLflowRun(cfg.experiment, run_name(cfg))  # opens (the first time: creates) it
     except StoreUnusable as e:
         sys.exit(f"error: {e}")
-    run = MLflowRun(cfg.experiment, run_name(cfg))
     run.log_training_config(cfg, run_params(cfg))
     status = "FAILED"
     try:
