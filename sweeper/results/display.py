@@ -19,7 +19,7 @@ from typing import TextIO
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis.text import show_value, text_table, trial_note
+from analysis.text import settings, show_value, text_table, trial_note
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
@@ -72,12 +72,8 @@ def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
 
 
 def short(params: dict) -> str:
-    """`lr=0.002346 group_size=4`: a searched float to 4 significant digits, for the terminal
-    (run names and tuned files keep every digit)."""
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={show_value(v)}"
-        for k, v in params.items()
-    )
+    """`lr=0.002346 group_size=4`: a trial's settings on the terminal (analysis.text.settings)."""
+    return settings(params, " ")
 
 
 # Loggers whose INFO lines the sweep's own lines replace on the terminal: Hydra's launch line
