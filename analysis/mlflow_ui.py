@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
+from records.metrics import readable
 from records.sweep import ConfigMetric, Role, StudyAttr, Tag
 
 MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
@@ -47,6 +48,26 @@ def runs_view_url(
     base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
     query = urlencode(params, quote_via=quote)
     return f"{base}/#/experiments/{quote(str(experiment_id), safe='')}/runs?{query}"
+
+
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """One run's page, on the model-training pages as runs_view_url's table is (a run's bare
+    address opens under the GenAI switch, its charts never loading)."""
+    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
+    experiment, run = quote(str(experiment_id), safe=""), quote(run_id, safe="")
+    return f"{base}/#/experiments/{experiment}/runs/{run}?workflowType=machine_learning"
+
+
+def objective_note(objective: str, study_url: str) -> str:
+    """A sweep run's description (MLflow's note): which of its metrics the sweep ranks by, and
+    the link back to the study's runs."""
+    name = readable(objective)
+    what = f" ({name})" if name != objective else ""
+    return (
+        f"**Objective: `{objective}`**{what}: the value the sweep ranks runs by, its last "
+        "eval. The other metrics (greedy eval, training reward, KL) are diagnostics. "
+        f"[The study's runs]({study_url})"
+    )
 
 
 def ui_command(tracking_uri: str) -> str | None:
@@ -93,11 +114,13 @@ def view_facets(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def view_state(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The saved view: view_facets, and as columns the objective, the swept parameters and
-    the outcome (sweeper.state), in that order."""
+    """The saved view: view_facets, and as columns the objective, its 95% interval and the
+    seeds as the verdict gives them, the swept parameters and the outcome (sweeper.state)."""
     facets = view_facets(study, attrs)
     params = [f"params.`{name}`" for name in attrs.get(StudyAttr.SEARCH_SPACE) or {}]
-    columns = [facets["orderByKey"], *params, f"tags.`{Tag.STATE}`"]
+    interval = [f"metrics.`{m}`" for m in (ConfigMetric.CI_LOW, ConfigMetric.CI_HIGH)]
+    seeds = f"metrics.`{ConfigMetric.SEEDS_ENDED}`"
+    columns = [facets["orderByKey"], *interval, seeds, *params, f"tags.`{Tag.STATE}`"]
     return {**facets, "selectedColumns": columns}
 
 

@@ -44,7 +44,7 @@ from records.tracking import MLflowRun, tracking_client
 from sweeper import optuna_adapter as oa
 from sweeper.plan.eval_power import truncation_warning
 from sweeper.results.display import TrialLine, short
-from sweeper.results.runs import close_trial_run, trial_run_name
+from sweeper.results.runs import close_trial_run, mark_objective, trial_run_name
 from sweeper.sweep.forecaster import Forecaster, seed_curve
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
@@ -263,6 +263,7 @@ def run_trial(cfg: DictConfig) -> float:
             },
             client=client,
         )
+        mark_objective(run, binding.study, attrs[StudyAttr.OBJECTIVE], uri)
     if earlier.get("run_id") or resumed_from is not None:  # the guess's tag, fixed on load
         resumed = {} if resumed_from is None else {Tag.RESUMED_FROM_STEP: resumed_from}
         run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), **resumed})
