@@ -23,7 +23,7 @@ from analysis.load import (
     mlflow_client,
     quick_mlflow,
 )
-from analysis.mlflow_ui import run_url, study_link
+from analysis.mlflow_ui import study_link
 from analysis.report import advice_text, leaderboard_text, summary_lines, write_report
 from records.defaults import DEFAULT_EXPERIMENT, DEFAULT_STORAGE
 from records.errors import first_line
@@ -138,16 +138,16 @@ def log_report(data: StudyData, out: Path) -> None:
 
     try:
         with quick_mlflow():
-            client = mlflow_client(uri)
-            MLflowRun.existing(run_id, client).save_artifacts(out, "analysis")
-            experiment_id = client.get_run(run_id).info.experiment_id
+            run = MLflowRun.existing(run_id, mlflow_client(uri))
+            run.save_artifacts(out, "analysis")
+            url = run.url(uri)
     except Exception as e:  # an unreachable server must not lose the report written on disk
         print(
             f"note: could not log the report to MLflow run {run_id}: {first_line(e)}",
             file=sys.stderr,
         )
         return
-    print(f"Logged to MLflow run {run_url(uri, experiment_id, run_id)} (analysis/index.html)")
+    print(f"Logged to MLflow run {url} (analysis/index.html)")
 
 
 def cmd_best(args: argparse.Namespace) -> int:

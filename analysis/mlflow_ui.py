@@ -21,12 +21,14 @@ import shlex
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode, urlparse
+from urllib.parse import quote, urlencode
 
 from records.metrics import readable
 from records.sweep import ConfigMetric, Role, StudyAttr, Tag
+from records.tracking import TRAINING_PAGES, is_server, run_url, ui_base
 
-MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
+__all__ = ["run_url", "runs_view_url", "study_link", "ui_command"]
+
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
 CONFIG_OBJECTIVE = ConfigMetric.OBJECTIVE_MEAN
 
@@ -40,22 +42,14 @@ def runs_view_url(
     """The runs table of an experiment: a tracking server's own address, else where `mlflow ui`
     serves by default (run `ui_command` first). view_key opens a saved view (the UI ignores
     it when the link carries facets); facets: searchFilter, orderByKey, orderByAsc."""
-    params: dict[str, str] = {"workflowType": "machine_learning"}
+    params: dict[str, str] = dict([TRAINING_PAGES])
     if view_key:
         params["viewStateShareKey"] = view_key
     for key, value in (facets or {}).items():
         params[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
+    base = ui_base(tracking_uri)
     query = urlencode(params, quote_via=quote)
     return f"{base}/#/experiments/{quote(str(experiment_id), safe='')}/runs?{query}"
-
-
-def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """One run's page, on the model-training pages as runs_view_url's table is (a run's bare
-    address opens under the GenAI switch, its charts never loading)."""
-    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
-    experiment, run = quote(str(experiment_id), safe=""), quote(run_id, safe="")
-    return f"{base}/#/experiments/{experiment}/runs/{run}?workflowType=machine_learning"
 
 
 def objective_note(objective: str, study_url: str) -> str:
@@ -72,13 +66,9 @@ def objective_note(objective: str, study_url: str) -> str:
 
 def ui_command(tracking_uri: str) -> str | None:
     """The command that serves a store with no server in front of it (None for a server)."""
-    if _is_server(tracking_uri):
+    if is_server(tracking_uri):
         return None
     return f"mlflow ui --backend-store-uri {shlex.quote(_shown(tracking_uri))}"
-
-
-def _is_server(tracking_uri: str) -> bool:
-    return urlparse(tracking_uri).scheme in ("http", "https")
 
 
 def _shown(uri: str) -> str:

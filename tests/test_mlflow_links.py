@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import mlflow_uri, run_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
+from test_trainer_cli import run_trainer
 
 from analysis.__main__ import main
 from analysis.mlflow_ui import run_url
@@ -82,3 +83,15 @@ def test_each_configuration_run_holds_the_verdicts_interval_and_seeds(swept) -> 
         assert metrics[ConfigMetric.SEEDS_ENDED] == 2
         assert metrics[ConfigMetric.CI_LOW] == pytest.approx(summary.interval.low)
         assert metrics[ConfigMetric.CI_HIGH] == pytest.approx(summary.interval.high)
+
+
+def test_a_training_run_ends_with_its_page_on_the_model_training_pages(tmp_path: Path) -> None:
+    done = run_trainer(
+        tmp_path, "max_steps=1", "eval_every=1", "batch_size=4", "group_size=2", "task.eval_size=8"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = MlflowClient(mlflow_uri(tmp_path)).search_runs(["1"])
+    assert done.stdout.rstrip().endswith(
+        f"; MLflow run http://127.0.0.1:5000/#/experiments/1/runs/{run.info.run_id}"
+        "?workflowType=machine_learning"
+    )
