@@ -150,14 +150,16 @@ def log_report(data: StudyData, out: Path) -> None:
 
     try:
         with quick_mlflow():
-            MLflowRun.existing(run_id, mlflow_client(uri)).save_artifacts(out, "analysis")
+            run = MLflowRun.existing(run_id, mlflow_client(uri))
+            run.save_artifacts(out, "analysis")
+            url = run.url(uri)
     except Exception as e:  # an unreachable server must not lose the report written on disk
         print(
             f"note: could not log the report to MLflow run {run_id}: {first_line(e)}",
             file=sys.stderr,
         )
         return
-    print(f"Logged to MLflow run {run_id} (artifacts/analysis/index.html)")
+    print(f"Logged to MLflow run {url} (analysis/index.html)")
 
 
 def cmd_best(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis import plot_style as ps
 from analysis.load import StudyData
-from records.metrics import KL_MEANING
+from records.metrics import KL_MEANING, readable, titled
 from records.sweep import StudyAttr
 from trainer.base.config import TrainConfig
 from trainer.run.health import Action, Check, Guard, HealthRule, rules_from_settings
@@ -85,6 +85,20 @@ def draw_rules(ax, rules: Sequence[HealthRule], vertical: bool = False) -> list[
     return [r.bound for r in rules]
 
 
+def fit_rules_to_curves(ax, rules: Sequence[HealthRule], curves: Sequence[float]) -> None:
+    """A log panel's y axis spanning its curves and the bounds near them; a far bound (see
+    FAR_FACTOR) is said in its legend entry, and stays off the axis."""
+    sides = [far_side(r.bound, curves) for r in rules]
+    if not any(sides):
+        return
+    near = [r.bound for r, side in zip(rules, sides, strict=True) if side is None]
+    ax.set_ylim(min([*curves, *near]) / 2, max([*curves, *near]) * 2)
+    labels = {rule_label(r): side for r, side in zip(rules, sides, strict=True) if side}
+    for line in ax.get_lines():
+        if (side := labels.get(line.get_label())) is not None:
+            line.set_label(f"{line.get_label()} ({side} this panel)")
+
+
 def metric_title(metric: str, rules: Sequence[HealthRule], recorded: bool) -> str:
     """`post_update_kl: kl_pre_post_v2` over the metric's meaning; says when no rule
     watches it, or when the study recorded no rules."""
@@ -133,14 +147,29 @@ def _kl_panel(ax, data: StudyData, metric: str, rules) -> None:
             label="pruned here",
         )
     drawn = threshold_rules(rules, metric)
-    values_all += draw_rules(ax, drawn)
-    if values_all and all(v > 0 for v in values_all if math.isfinite(v)):
+    curves = [v for v in values_all if math.isfinite(v)]
+    bounds = draw_rules(ax, drawn)
+    if curves and all(v > 0 for v in curves + bounds):
         ax.set_yscale("log")
+        fit_rules_to_curves(ax, drawn, curves)
     ax.set_title(ps.wrap(metric_title(metric, drawn, rules is not None), 4.2, 10), fontsize=10)
-    ax.set(xlabel="training step", ylabel=f"{metric} (nats per token)")
+    ax.set(xlabel="training step", ylabel=f"{readable(metric)} (nats per token)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3, which="both")
     ps.legend(ax)
+
+
+# A bound this many times beyond every curve is not drawn into a log panel: the sampler-vs-learner
+# KL with one update a batch sits near 1e-13 beside its 0.01 bound, and the panel was empty
+# decades between them. Its legend entry says where it is instead.
+FAR_FACTOR = 100.0
+
+
+def far_side(bound: float, curves: Sequence[float]) -> str | None:
+    """ "above" or "below" when `bound` lies FAR_FACTOR beyond every curve value, else None."""
+    if bound > max(curves) * FAR_FACTOR:
+        return "above"
+    return "below" if bound < min(curves) / FAR_FACTOR else None
 
 
 def pareto_front(points: list[tuple[float, float, int]], maximize: bool) -> list[int]:
@@ -202,7 +231,7 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
     _draw_front([(by_kl, reward[n], n) for by_kl, _, n in points if n in front], ax)
     for t in sel:  # every point named, on the front or not
         ax.annotate(
-            f"t{t.number}",
+            ps.name(t),
             (t.final_kl, reward[t.number]),
             textcoords="offset points",
             xytext=(5, 5),
@@ -215,7 +244,7 @@ def reward_vs_kl(data: StudyData) -> Figure | str:
     ax.set(
         title=ps.wrap(f"Reward vs KL across trials — study {data.name}", 6.0, 12),
         xlabel=ps.wrap(f"last {data.kl_metric} (nats per token)\n{meaning}", 6.0),
-        ylabel=f"{data.objective} (pruned: last eval)",
+        ylabel=f"{titled(data.objective)} (pruned: last eval)",
     )
     ax.grid(alpha=0.3, which="both")
     ps.legend(ax)

@@ -21,11 +21,14 @@ import shlex
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode, urlparse
+from urllib.parse import quote, urlencode
 
+from records.metrics import readable
 from records.sweep import ConfigMetric, Role, StudyAttr, Tag
+from records.tracking import TRAINING_PAGES, is_server, run_url, ui_base
 
-MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
+__all__ = ["run_url", "runs_view_url", "study_link", "ui_command"]
+
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's saved views (its "Views" menu)
 CONFIG_OBJECTIVE = ConfigMetric.OBJECTIVE_MEAN
 
@@ -39,25 +42,33 @@ def runs_view_url(
     """The runs table of an experiment: a tracking server's own address, else where `mlflow ui`
     serves by default (run `ui_command` first). view_key opens a saved view (the UI ignores
     it when the link carries facets); facets: searchFilter, orderByKey, orderByAsc."""
-    params: dict[str, str] = {"workflowType": "machine_learning"}
+    params: dict[str, str] = dict([TRAINING_PAGES])
     if view_key:
         params["viewStateShareKey"] = view_key
     for key, value in (facets or {}).items():
         params[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    base = tracking_uri.rstrip("/") if _is_server(tracking_uri) else MLFLOW_UI_DEFAULT
+    base = ui_base(tracking_uri)
     query = urlencode(params, quote_via=quote)
     return f"{base}/#/experiments/{quote(str(experiment_id), safe='')}/runs?{query}"
 
 
+def objective_note(objective: str, study_url: str) -> str:
+    """A sweep run's description (MLflow's note): which of its metrics the sweep ranks by, and
+    the link back to the study's runs."""
+    name = readable(objective)
+    what = f" ({name})" if name != objective else ""
+    return (
+        f"**Objective: `{objective}`**{what}: the value the sweep ranks runs by, its last "
+        "eval. The other metrics (greedy eval, training reward, KL) are diagnostics. "
+        f"[The study's runs]({study_url})"
+    )
+
+
 def ui_command(tracking_uri: str) -> str | None:
     """The command that serves a store with no server in front of it (None for a server)."""
-    if _is_server(tracking_uri):
+    if is_server(tracking_uri):
         return None
     return f"mlflow ui --backend-store-uri {shlex.quote(_shown(tracking_uri))}"
-
-
-def _is_server(tracking_uri: str) -> bool:
-    return urlparse(tracking_uri).scheme in ("http", "https")
 
 
 def _shown(uri: str) -> str:
@@ -93,11 +104,13 @@ def view_facets(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def view_state(study: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The saved view: view_facets, and as columns the objective, the swept parameters and
-    the outcome (sweeper.state), in that order."""
+    """The saved view: view_facets, and as columns the objective, its 95% interval and the
+    seeds as the verdict gives them, the swept parameters and the outcome (sweeper.state)."""
     facets = view_facets(study, attrs)
     params = [f"params.`{name}`" for name in attrs.get(StudyAttr.SEARCH_SPACE) or {}]
-    columns = [facets["orderByKey"], *params, f"tags.`{Tag.STATE}`"]
+    interval = [f"metrics.`{m}`" for m in (ConfigMetric.CI_LOW, ConfigMetric.CI_HIGH)]
+    seeds = f"metrics.`{ConfigMetric.SEEDS_ENDED}`"
+    columns = [facets["orderByKey"], *interval, seeds, *params, f"tags.`{Tag.STATE}`"]
     return {**facets, "selectedColumns": columns}
 
 

@@ -13,6 +13,7 @@ matplotlib.use("Agg")  # no display needed
 from matplotlib.patches import Patch  # noqa: E402
 
 from analysis.load import TrialRecord  # noqa: E402
+from analysis.text import settings  # noqa: E402
 from records.sweep import FORECAST_MEAN  # noqa: E402
 
 LAYOUT = "constrained"  # every figure's: makes room for titles, labels and outside legends
@@ -31,10 +32,18 @@ EVAL_CI_LABEL = "95% CI over eval problems (±1.96 stderr)"
 STATE_MARKERS = {"complete": "o", "pruned": "X", "failed": "s", "running": "^", "waiting": "."}
 
 
+def name(t: TrialRecord, sep: str = ", ") -> str:
+    """A trial as its settings (`lr=0.001, group_size=8`); its id when nothing was swept."""
+    return settings(t.params, sep) or f"t{t.number}"
+
+
 def label(t: TrialRecord, best: TrialRecord | None, many: bool) -> str | None:
+    """A curve's legend entry: its settings, the best's marked, a state other than complete."""
     if best is not None and t.number == best.number:
-        return f"best: t{t.number}"
-    return None if many else f"t{t.number} ({t.state})"
+        return f"best: {name(t)}"
+    if many:
+        return None
+    return name(t) if t.state == "complete" else f"{name(t)} ({t.state})"
 
 
 def style(t: TrialRecord, best: TrialRecord | None) -> dict:

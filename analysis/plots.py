@@ -25,7 +25,7 @@ from analysis import plot_style as ps  # noqa: E402
 from analysis.kl_plots import kl_curves, pareto_front, reward_vs_kl  # noqa: E402
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
 from analysis.verdict import study_verdict  # noqa: E402
-from records.metrics import LR, stderr_of  # noqa: E402
+from records.metrics import LR, readable, stderr_of, titled  # noqa: E402
 from records.sweep import (  # noqa: E402
     FORECAST_HIGH,
     FORECAST_MEAN,
@@ -71,21 +71,25 @@ def _seed_runs(t: TrialRecord, metric: str) -> list[dict[int, float]]:
 
 
 def config_intervals(data: StudyData) -> Figure | str:
-    """Each completed configuration's mean objective with its 95% CI, best first."""
+    """Each completed configuration's mean objective with its 95% CI, named by its settings,
+    the best mean first (the verdict's ranking weighs more than the mean: the axis does not)."""
     ranked = study_verdict(data.study, data.attrs, data.maximize).ranked
     if len(ranked) < 2:
         return "Fewer than two completed configurations: nothing to compare."
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(ranked) + 3), 4.5), layout=ps.LAYOUT)
+    ranked = sorted(ranked, key=lambda s: s.interval.estimate, reverse=data.maximize)
+    trials = {f"t{t.number}": t for t in data.trials}
+    names = [ps.name(trials[s.label], "\n") if s.label in trials else s.label for s in ranked]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(ranked) + 3), 4.8), layout=ps.LAYOUT)
     for x, s in enumerate(ranked):
         i = s.interval
         err = [[i.estimate - i.low], [i.high - i.estimate]] if i.known else None
         color = ps.BEST_COLOR if x == 0 else "tab:blue"
         ax.errorbar([x], [i.estimate], yerr=err, fmt="o", color=color, capsize=5)
-    ax.set_xticks(range(len(ranked)), [s.label for s in ranked])
-    methods = sorted({s.interval.method for s in ranked})
-    title = f"{data.objective}: mean and 95% CI per configuration ({'; '.join(methods)})"
+    ax.set_xticks(range(len(ranked)), names, fontsize=8)
+    methods = list(dict.fromkeys(s.interval.method for s in ranked))  # in the axis's order
+    title = f"{titled(data.objective)}: mean and 95% CI per configuration ({'; '.join(methods)})"
     ax.set_title(ps.wrap(title, fig.get_figwidth() * 0.8))
-    ax.set(xlabel="configuration (best first)", ylabel=data.objective)
+    ax.set(xlabel="configuration (best mean first)", ylabel=readable(data.objective))
     ax.grid(alpha=0.3, axis="y")
     return fig
 
@@ -103,8 +107,8 @@ def reward_curves(data: StudyData) -> Figure | str:
     # Separate y scales: held-out reward moves in a narrower band than per-step training reward.
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout=ps.LAYOUT)
     for ax, metric, title in (
-        (axes[0], REWARD, "Training reward (mean over rollouts)"),
-        (axes[1], EVAL_REWARD, "Eval reward (step 0 = baseline)"),
+        (axes[0], REWARD, f"{titled(REWARD)}, mean over rollouts"),
+        (axes[1], EVAL_REWARD, f"{titled(EVAL_REWARD)}, step 0 = baseline"),
     ):
         for t in with_curves:
             steps, mean, low, high = seed_band(t, metric)
@@ -133,7 +137,7 @@ def reward_curves(data: StudyData) -> Figure | str:
                         gid=ps.STDERR_GID,
                     )
                     forecast_band(ax, t, color)
-        ax.set(title=title, xlabel="training step", ylabel=f"{metric} (reward per rollout)")
+        ax.set(title=title, xlabel="training step", ylabel=f"{readable(metric)} (per rollout)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     ps.legend(axes[1], ps.band_keys(with_curves))  # forecasts too, when drawn
@@ -179,7 +183,7 @@ def objective_vs_params(data: StudyData) -> Figure | str:
     for ax in axes.flat[: len(names)]:
         handles.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
     fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=8)
-    ps.suptitle(fig, f"{data.objective} against each hyperparameter — study {data.name}")
+    ps.suptitle(fig, f"{titled(data.objective)} against each hyperparameter — study {data.name}")
     return fig
 
 
@@ -228,7 +232,7 @@ def _param_panel(ax, data: StudyData, name: str, points, best, log: bool, interv
             facecolors="none",
             edgecolors=ps.BEST_COLOR,
             linewidths=2,
-            label=f"best t{best.number}",
+            label=f"best: {ps.name(best)}",
             zorder=4,
         )
     if categorical:
@@ -238,7 +242,10 @@ def _param_panel(ax, data: StudyData, name: str, points, best, log: bool, interv
         ax.set_xscale("log")
     width = ax.get_figure().get_figwidth() / 4  # a panel's, at most 3 across beside the legend
     ax.set_title(ps.wrap(name, width, 10))
-    ax.set(xlabel=ps.wrap(name + (" (log scale)" if log else ""), width), ylabel=data.objective)
+    ax.set(
+        xlabel=ps.wrap(name + (" (log scale)" if log else ""), width),
+        ylabel=readable(data.objective),
+    )
     ax.grid(alpha=0.3)
 
 
@@ -265,7 +272,7 @@ def importance(data: StudyData) -> Figure | str:
     ax.barh([ps.wrap(n, 2.5) for n in names], [scores[n] for n in names], color="tab:blue")
     ax.set(
         title=f"Hyperparameter importance (fANOVA, {len(done)} completed trials)",
-        xlabel=f"share of {data.objective} variance explained",
+        xlabel=f"share of the {titled(data.objective)} variance explained",
         xlim=(0, 1),
     )
     ax.grid(alpha=0.3, axis="x")

@@ -18,7 +18,7 @@ from analysis.load import StudyData, TrialRecord
 from analysis.plots import FIGURES, draw_all
 from analysis.text import show_cell, show_num, text_table
 from analysis.verdict import INTERVAL_HEADER, interval_cells, study_verdict
-from records.metrics import is_finite_number
+from records.metrics import is_finite_number, titled
 from records.sweep import StudyAttr
 
 STATE_ORDER = {"complete": 0, "running": 1, "pruned": 2, "failed": 3, "waiting": 4}
@@ -72,7 +72,7 @@ def summary_lines(data: StudyData) -> list[str]:
     shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     lines = [
         f"Study {data.name} ({data.storage}): {len(data.trials)} trials ({shown or 'none'})",
-        f"Objective: {data.direction} {data.objective}; health rules: {health_rules(data)}",
+        f"Objective: {data.direction} {titled(data.objective)}; health rules: {health_rules(data)}",
     ]
     if data.best() is not None:
         lines += study_verdict(data.study, data.attrs, data.maximize).lines

@@ -171,6 +171,23 @@ def unpaired_difference(
     return Interval(diff, diff - half, diff + half, "unpaired, eval stderrs")
 
 
+def detectable_difference(sd: float, problems: int, level: float = LEVEL) -> float:
+    """The smallest difference of two configurations' eval means, each over `problems`
+    problems whose rewards spread by `sd`, that an interval at `level` tells from zero:
+    z x sd x sqrt(2 / problems) (the eval's noise alone; seeds add their own)."""
+    return _normal_z(level) * sd * math.sqrt(2 / problems)
+
+
+def problems_to_detect(difference: float, sd: float, level: float = LEVEL) -> int:
+    """Eval problems at which detectable_difference falls to `difference`."""
+    return math.ceil(2 * (_normal_z(level) * sd / difference) ** 2)
+
+
+def _normal_z(level: float) -> float:
+    # statistics.NormalDist, not scipy: a sweep says this before any trial, in the plan stage
+    return statistics.NormalDist().inv_cdf((1 + level) / 2)
+
+
 # The race's arithmetic (sweeper/sweep/racing.py decides with it; the verdict reports with it).
 def look_level(max_seeds: int, configurations: int = 2) -> float:
     """The per-look confidence level: Bonferroni over a configuration's possible looks and

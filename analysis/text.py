@@ -20,6 +20,15 @@ def show_value(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+def settings(params: Mapping[str, Any], sep: str = ", ") -> str:
+    """`lr=0.002346, group_size=4`: a configuration as a person reads it, a float to 4
+    significant digits (run names and tuned files keep every digit)."""
+    return sep.join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={show_value(v)}"
+        for k, v in params.items()
+    )
+
+
 def show(params: Mapping[str, Any]) -> str:
     """`lr=2e-05 model.device=cuda:1`, for run names and progress lines."""
     return " ".join(f"{k}={show_value(v)}" for k, v in params.items())

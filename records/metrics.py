@@ -101,3 +101,28 @@ def is_finite_number(value) -> bool:
     """A metric value that can be compared: a real number, not NaN or inf. A bool is not one
     (it is an int to Python), so a flag never passes for a measurement."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# What a person reads for a metric in a figure or on a page; the name it is logged under goes
+# beside it once (`titled`). A metric not named here is shown as it is logged.
+READABLE = {
+    REWARD: "training reward",
+    EVAL_REWARD: "held-out reward",
+    EVAL_GREEDY: "held-out reward, greedy decoding",
+    EVAL_TRUNCATED: "share of eval completions cut at max_tokens",
+    KL_SAMPLE_TRAIN_V1: "sampler-vs-learner KL",
+    KL_SAMPLE_TRAIN_V2: "sampler-vs-learner KL",
+    KL_PRE_POST_V1: "KL of one update (before vs after)",
+    KL_PRE_POST_V2: "KL of one update (before vs after)",
+    KL_POLICY_REF: "KL from the reference policy",
+}
+
+
+def readable(metric: str) -> str:
+    """`held-out reward` for `eval/reward/mean`; an unnamed metric as it is logged."""
+    return READABLE.get(metric, metric)
+
+
+def titled(metric: str) -> str:
+    """`held-out reward (eval/reward/mean)`: the readable name with the logged one beside it."""
+    return f"{READABLE[metric]} ({metric})" if metric in READABLE else metric

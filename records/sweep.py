@@ -38,6 +38,7 @@ class Tag:
     STOPPED = "sweeper.stopped"  # terminator=true: why the study stopped before n_trials
     WARNING_PREFIX = "sweeper.warning."  # + rule: a warning rule's first firing, one line
     ADAPTER_MODEL = "sweeper.adapter_model"  # the best adapter's MLflow model (analysis best)
+    OBJECTIVE = "sweeper.objective"  # the metric the sweep ranks by, on each of its runs
 
 
 # Metrics a sweep's job logs beside the run's own (records/metrics.py).
@@ -73,6 +74,10 @@ class ConfigMetric:
 
     OBJECTIVE_MEAN = "objective/mean"  # the mean objective over its seeds
     SEEDS_ENDED = "seeds/ended"  # how many of its seeds ended
+    # The verdict's 95% interval of the configuration's objective, logged when the sweep ends
+    # (on its trial run when it has one seed, with seeds/ended): the study's MLflow view.
+    CI_LOW = "objective/ci95_low"
+    CI_HIGH = "objective/ci95_high"
 
 
 # MLflow's run status for each outcome: a pruned run was stopped on purpose.

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 import mlflow
 from mlflow.entities import Metric, Param
@@ -242,6 +242,29 @@ def experiment_id(client: MlflowClient, name: str) -> str:
     return experiment.experiment_id
 
 
+# MLflow 3.17's UI opens its GenAI pages unless a link says otherwise (analysis/mlflow_ui.py).
+TRAINING_PAGES = ("workflowType", "machine_learning")
+MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` listens unless told otherwise
+
+
+def is_server(tracking_uri: str) -> bool:
+    return urlparse(tracking_uri).scheme in ("http", "https")
+
+
+def ui_base(tracking_uri: str) -> str:
+    """Where the UI of a store is: a tracking server's own address, else where `mlflow ui`
+    serves by default."""
+    return tracking_uri.rstrip("/") if is_server(tracking_uri) else MLFLOW_UI_DEFAULT
+
+
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """One run's page on the model-training pages (its bare address opens the GenAI ones,
+    charts never loading)."""
+    experiment, run = quote(str(experiment_id), safe=""), quote(run_id, safe="")
+    page = "=".join(TRAINING_PAGES)
+    return f"{ui_base(tracking_uri)}/#/experiments/{experiment}/runs/{run}?{page}"
+
+
 def tag_experiment(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
     """Set (or replace) one tag of an experiment, e.g. a saved view (analysis/mlflow_ui.py)."""
     client.set_experiment_tag(experiment_id, key, value)
@@ -291,6 +314,11 @@ class MLflowRun:
         first leg recorded (MLflow refuses a param's new value), its log says what it used."""
         recorded = self.client.get_run(self.run_id).data.params
         self.log_params({k: v for k, v in params.items() if k not in recorded})
+
+    def url(self, tracking_uri: str) -> str:
+        """This run's page in the MLflow UI (run_url)."""
+        experiment = self.client.get_run(self.run_id).info.experiment_id
+        return run_url(tracking_uri, experiment, self.run_id)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         items = [Param(k, str(v)[:6000]) for k, v in params.items()]

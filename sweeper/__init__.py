@@ -17,6 +17,7 @@ plan/        what a sweep will run, decided and checked before anything heavy lo
   search_sampler  the search sampler (Optuna's, not the LLM's) and how many trials it plans
   breaches        searching samplers kept off regions where health rules fired
   preflight       every reachable configuration composed and validated before the first trial
+  eval_power      what a sweep cannot learn (an eval too small, completions cut at max_tokens)
   sweep_plan      the plan: the above put together, and the study's name
 study/       where the plan lives, shared by every worker (the storage itself is
              records/optuna_storage.py)

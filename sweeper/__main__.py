@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
 from sweeper.plan.known_keys import unknown_keys
 from trainer.base.config import config_dir
+from trainer.base.config_help import without_multirun
 
 CONFIG_NAME = "sweep"
 
@@ -38,6 +39,10 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    try:  # Hydra refuses `-m --cfg job` in a traceback: the config shown is the same without -m
+        sys.argv[1:] = without_multirun(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     # Before Hydra: it would refuse an unknown key in six lines, and run `+lrr=1e-3` silently.
     if problem := unknown_keys(sys.argv[1:], config_dir(), CONFIG_NAME):
         sys.exit(f"error: {problem}")

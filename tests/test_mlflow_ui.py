@@ -86,9 +86,12 @@ def test_facets_pick_the_studys_trial_runs_best_first() -> None:
     assert several["orderByKey"] == "metrics.`objective/mean`" and several["orderByAsc"] is True
 
 
-def test_the_view_shows_the_objective_the_swept_params_and_the_outcome() -> None:
+def test_the_view_shows_the_objective_its_interval_the_params_and_the_outcome() -> None:
     assert view_state("s1", ATTRS)["selectedColumns"] == [
         "metrics.`eval/reward/mean`",
+        "metrics.`objective/ci95_low`",
+        "metrics.`objective/ci95_high`",
+        "metrics.`seeds/ended`",
         "params.`lr`",
         "params.`group_size`",
         "tags.`sweeper.state`",
@@ -134,6 +137,9 @@ def test_the_sweep_ends_with_the_link_to_its_view(swept) -> None:
     state = json.loads(saved["state"])
     assert state["selectedColumns"] == [
         "metrics.`eval/reward/mean`",
+        "metrics.`objective/ci95_low`",
+        "metrics.`objective/ci95_high`",
+        "metrics.`seeds/ended`",
         "params.`lr`",
         "tags.`sweeper.state`",
     ]

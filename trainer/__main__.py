@@ -5,11 +5,14 @@ The tracking URI comes from MLFLOW_TRACKING_URI, else MLflow's default (sqlite:/
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from trainer.backends.logged_run import train_and_log
 from trainer.base.config import config_dir
+from trainer.base.config_help import without_multirun
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
@@ -18,4 +21,8 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    try:  # Hydra refuses `-m --cfg job` in a traceback: the config shown is the same without -m
+        sys.argv[1:] = without_multirun(sys.argv[1:])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     main()

@@ -47,12 +47,13 @@ def unknown_keys(argv: list[str], config_dir: str, config_name: str) -> str | No
     problems = []
     try:
         for cfg, values in _composed(overrides, config_dir, config_name):
-            problems = [p for o in values if (p := _problem(cfg, o))]
+            problems = [(o, p) for o in values if (p := _problem(cfg, o))]
             if not problems:
                 return None  # known under one choice of a swept config group
+        said = [_other_option(o, config_dir, config_name) or p for o, p in problems]
     except (HydraException, OmegaConfBaseException):
         return None
-    return "; ".join(problems) or None
+    return "; ".join(said) or None
 
 
 def _composed(
@@ -77,6 +78,31 @@ def _composed(
         for choice in choices or [[]]:
             cfg = compose(config_name, overrides=fixed + choice, return_hydra_config=True)
             yield cfg, values
+
+
+def _other_option(override: Override, config_dir: str, config_name: str) -> str | None:
+    """`task.path is a setting of task=jsonl: add task=jsonl` when the key belongs to another
+    option of its config group than the one selected, else None."""
+    key = override.key_or_group
+    group = key.split(".")[0]
+    if "." not in key or group == "hydra":
+        return None
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        options = GlobalHydra.instance().config_loader().get_group_options(group)
+        options = [o for o in options if not o.endswith("_schema")]
+        owners = [f"{group}={o}" for o in options if _reads(config_name, f"{group}={o}", override)]
+    if not owners:
+        return None
+    pick = f"add {owners[0]}" if len(owners) == 1 else "add one of them"
+    return f"{override.input_line}: {key} is a setting of {' or '.join(owners)}: {pick}"
+
+
+def _reads(config_name: str, choice: str, override: Override) -> bool:
+    try:
+        return _problem(compose(config_name, overrides=[choice]), override) is None
+    except (HydraException, OmegaConfBaseException):
+        return False  # an option that does not compose alone owns nothing
 
 
 def _problem(cfg: DictConfig, override: Override) -> str | None:

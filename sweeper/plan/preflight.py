@@ -34,20 +34,38 @@ def check_configurations(config_loader, master_config: DictConfig, space: Search
     warnings: set[str] = set()
     checked: set[str] = set()  # the task configs whose rewards were called once
     count = 0
-    for values in configurations_to_check(space):
-        overrides = space.overrides(values)
-        cfg = compose(config_loader, master_config, overrides, keep_hydra=True)
-        try:
-            cfg = trial_config(cfg)
-            warnings.update(validate(cfg))
-            check_task_rewards(cfg.task, checked)
-        except ConfigError as e:
+    points = configurations_to_check(space)
+    for values in points:
+        error = _error_at(config_loader, master_config, space, values, warnings, checked)
+        if error is not None:
+            # The point is named only where it matters: an error of the first point that the
+            # next point repeats (a model path, a task file) is not the swept values' doing.
+            following = next(points, None)
+            shared = count == 0 and (
+                following is None
+                or error
+                == _error_at(config_loader, master_config, space, following, set(), checked)
+            )
             where = " ".join(space.params[k].override(v) for k, v in values.items())
-            raise SweepError(f"{e}" + (f" (at {where})" if where else "")) from None
+            raise SweepError(error if shared or not where else f"{error} (at {where})")
         count += 1
     for warning in sorted(warnings):
         log.warning(warning)
     return count
+
+
+def _error_at(
+    config_loader, master_config, space: SearchSpace, values, warnings: set, checked: set
+) -> str | None:
+    """The one-line error of the configuration at these values, or None when it holds."""
+    cfg = compose(config_loader, master_config, space.overrides(values), keep_hydra=True)
+    try:
+        cfg = trial_config(cfg)
+        warnings.update(validate(cfg))
+        check_task_rewards(cfg.task, checked)
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
 def trial_config(cfg: DictConfig) -> DictConfig:

@@ -46,9 +46,9 @@ class GRPOSweeperConf:
     # Search-space presets, {key: spec}, e.g. {lr: "tag(log, interval(1e-4, 1e-2))"}; the
     # command line wins for a key given in both. conf/search/*.yaml fill this in.
     params: dict[str, str] = field(default_factory=dict)
-    sampler: Sampler = Sampler.auto
+    sampler: Sampler = Sampler.auto  # how Optuna picks points; auto: grid, or tpe for a range
     seed: int | None = None  # seeds tpe/random/gp/cmaes; the grid order is always fixed
-    direction: Direction = Direction.maximize
+    direction: Direction = Direction.maximize  # whether a higher objective is better
     objective: str = EVAL_REWARD  # metric returned by a trial: its last value
     n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from sweeper import SweepError
+from sweeper.plan.eval_power import warn_eval_size
 from sweeper.plan.preflight import check_configurations
 from sweeper.plan.search_sampler import SearchSampler, choose_search_sampler
 from sweeper.plan.settings import SweepSettings, resolve_settings
@@ -52,6 +53,7 @@ def plan_sweep(
         )
     name = s.study_name or default_study_name(space, search_sampler, s)
     checked = check_configurations(config_loader, master_config, space)
+    warn_eval_size(config_loader, master_config, space, s.objective, s.min_difference)
     if space.is_discrete:
         log.info("Checked %d configurations of the search space", checked)
     else:  # a range has no count of configurations: what was checked is its ends

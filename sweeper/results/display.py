@@ -19,7 +19,7 @@ from typing import TextIO
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis.text import show_value, text_table, trial_note
+from analysis.text import settings, show_value, text_table, trial_note
 from analysis.verdict import (
     INTERVAL_HEADER,
     Summary,
@@ -72,12 +72,8 @@ def progress_line(study: optuna.Study, planned: int, maximize: bool) -> str:
 
 
 def short(params: dict) -> str:
-    """`lr=0.002346 group_size=4`: a searched float to 4 significant digits, for the terminal
-    (run names and tuned files keep every digit)."""
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={show_value(v)}"
-        for k, v in params.items()
-    )
+    """`lr=0.002346 group_size=4`: a trial's settings on the terminal (analysis.text.settings)."""
+    return settings(params, " ")
 
 
 # Loggers whose INFO lines the sweep's own lines replace on the terminal: Hydra's launch line
@@ -171,10 +167,16 @@ def trials_run_here() -> None:
     _INLINE = True
 
 
+# On a pipe (a CI log) a running trial says where it is at most this often, as Ray Tune's
+# progress table does: minutes of `started` lines alone read like a hang.
+PIPE_INTERVAL_S = 30.0
+
+
 class TrialLine:
     """A trial's live line on a terminal: `t1 lr=0.002 step 12/50, 1.9 step/s, ETA 20 s,
-    reward 0.31`, redrawn in place at most every `interval` seconds. Silent on a pipe, and
-    unless the sweep runs its trials in this process (trials_run_here)."""
+    reward 0.31`, redrawn in place at most every `interval` seconds, when the sweep runs its
+    trials in this process (trials_run_here). On a pipe the same text is a line of its own,
+    at most every PIPE_INTERVAL_S seconds (none for a trial that ends sooner)."""
 
     def __init__(
         self,
@@ -184,15 +186,21 @@ class TrialLine:
         clock: Callable[[], float] = time.monotonic,
         interval: float = 0.2,
     ) -> None:
-        self.head, self.max_steps, self.clock, self.interval = head, max_steps, clock, interval
+        self.head, self.max_steps, self.clock = head, max_steps, clock
         self.stream = stream or sys.stderr
-        self.live = on_terminal(self.stream) and _INLINE
+        terminal = on_terminal(self.stream)
+        self.live = terminal and _INLINE
+        self.interval = interval if terminal else PIPE_INTERVAL_S
         self.first: tuple[int, float] | None = None  # (step, time) when training began
         self.drawn_at = -float("inf")
 
     def step(self, step: int, metrics: Mapping[str, float]) -> None:
-        if not self.live:
-            return
+        if self.live:
+            self._redraw(step, metrics)
+        elif not on_terminal(self.stream):
+            self._log(step, metrics)
+
+    def _redraw(self, step: int, metrics: Mapping[str, float]) -> None:
         now = self.clock()
         if self.first is None:  # step 0 is the baseline eval: the rate counts from here
             self.first = (step, now)
@@ -201,6 +209,17 @@ class TrialLine:
             return
         self.drawn_at = now
         self.stream.write(f"\r\x1b[K{self.text(step, now, metrics)}")
+        self.stream.flush()
+
+    def _log(self, step: int, metrics: Mapping[str, float]) -> None:
+        now = self.clock()
+        if self.first is None:  # the baseline eval: the first line comes an interval later
+            self.first, self.drawn_at = (step, now), now
+            return
+        if now - self.drawn_at < self.interval or step >= self.max_steps:
+            return  # the trial's end line follows the last step
+        self.drawn_at = now
+        self.stream.write(self.text(step, now, metrics) + "\n")
         self.stream.flush()
 
     def text(self, step: int, now: float, metrics: Mapping[str, float]) -> str:

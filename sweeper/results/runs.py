@@ -18,7 +18,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
-from analysis.mlflow_ui import study_link
+from analysis.mlflow_ui import objective_note, runs_view_url, study_link, view_key
 from analysis.text import show, trial_note
 from records.database import absolute_url
 from records.sweep import (
@@ -31,6 +31,8 @@ from records.sweep import (
     TrialAttr,
 )
 from records.tracking import MLflowRun, tracking_client
+
+NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI
 
 
 def tracking_uri() -> str:
@@ -54,19 +56,25 @@ def runs_link(experiment: str, study: str, attrs: Mapping[str, Any]) -> list[str
         return []
 
 
-def start_parent_run(experiment: str, study: str, params: Mapping[str, Any]) -> str:
+def start_parent_run(experiment: str, study: str, params: Mapping[str, Any], objective: str) -> str:
     run = MLflowRun(
         experiment,
         run_name=study,
         tags={Tag.ROLE: Role.STUDY, Tag.STUDY: study},
         client=tracking_client(tracking_uri()),
     )
+    mark_objective(run, study, objective)
     run.log_params(params)
     return run.run_id
 
 
 def start_config_run(
-    experiment: str, parent_run_id: str, study: str, number: int, params: Mapping[str, Any]
+    experiment: str,
+    parent_run_id: str,
+    study: str,
+    number: int,
+    params: Mapping[str, Any],
+    objective: str,
 ) -> str:
     """A configuration run with several seeds: its seeds' training runs nest under it."""
     run = MLflowRun(
@@ -76,8 +84,32 @@ def start_config_run(
         tags={Tag.ROLE: Role.CONFIG, Tag.STUDY: study, Tag.TRIAL_NUMBER: str(number)},
         client=tracking_client(tracking_uri()),
     )
+    mark_objective(run, study, objective)
     run.log_params(params)
     return run.run_id
+
+
+def mark_objective(run: MLflowRun, study: str, objective: str, uri: str | None = None) -> None:
+    """Which metric the sweep ranks by, on the run itself (a tag, and its description with
+    the link to the study's runs): a seed run shows eval/greedy/mean beside the objective.
+    uri: the run's tracking URI (the sweep's, unless told)."""
+    experiment_id = run.client.get_run(run.run_id).info.experiment_id
+    study_url = runs_view_url(uri or tracking_uri(), experiment_id, view_key=view_key(study))
+    run.set_tags({Tag.OBJECTIVE: objective, NOTE_TAG: objective_note(objective, study_url)})
+
+
+def log_intervals(trials: Sequence[FrozenTrial], ranked: Sequence[Any]) -> None:
+    """Each configuration's 95% interval and seeds as the verdict gives them (`ranked`, its
+    summaries), on its run: the study's view shows them as columns."""
+    run_ids = {f"t{t.number}": t.user_attrs.get(TrialAttr.MLFLOW_RUN_ID) for t in trials}
+    for summary in ranked:
+        if not (run_id := run_ids.get(summary.label)):
+            continue
+        metrics = {ConfigMetric.SEEDS_ENDED: len(summary.config.values)}
+        if summary.interval.known:
+            metrics[ConfigMetric.CI_LOW] = summary.interval.low
+            metrics[ConfigMetric.CI_HIGH] = summary.interval.high
+        _retried(lambda r=run_id, m=metrics: existing_run(r).log_metrics(0, m))
 
 
 def existing_run(run_id: str) -> MLflowRun:

@@ -43,7 +43,9 @@ def open_study(storage: RDBStorage, spec: StudySpec) -> tuple[optuna.Study, str]
     if spec.name in optuna.get_all_study_names(storage):
         study, created = _create_or_join(storage, spec)
     else:
-        parent = runs.start_parent_run(spec.experiment, spec.name, run_params(spec))
+        parent = runs.start_parent_run(
+            spec.experiment, spec.name, run_params(spec), spec.settings.objective
+        )
         study, created = _create_or_join(storage, spec)
         if created:
             # Named, so optuna-dashboard and Optuna's plots say e.g. eval/reward/mean, not

@@ -16,7 +16,7 @@ import functools
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,9 @@ from records.sweep import (
 )
 from records.tracking import MLflowRun, tracking_client
 from sweeper import optuna_adapter as oa
+from sweeper.plan.eval_power import truncation_warning
 from sweeper.results.display import TrialLine, short
-from sweeper.results.runs import close_trial_run, trial_run_name
+from sweeper.results.runs import close_trial_run, mark_objective, trial_run_name
 from sweeper.sweep.forecaster import Forecaster, seed_curve
 from trainer.backends import train
 from trainer.backends.logged_run import train_and_log
@@ -124,6 +125,8 @@ class TrialReporter:
         self.record = record  # this seed's record while it trains (None: kept elsewhere)
         self.line: TrialLine | None = None  # the trial's live line on the sweep's terminal
         self.restored = False  # a resumed run's earlier reports read back (restore_reports)
+        # The sweep's first baseline eval: what it says the sweep cannot learn (eval_power)
+        self.baseline_check: Callable[[Mapping[str, float]], str | None] | None = None
 
     @property
     def health_rules(self) -> list[HealthRule]:
@@ -189,6 +192,8 @@ class TrialReporter:
             self.line.step(step, metrics)
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
+            if self.baseline_check is not None and (line := self.baseline_check(metrics)):
+                log.warning(line)
         value = metrics.get(self.objective)
         known = value is not None and math.isfinite(value)
         if known and self.reports_to_optuna:
@@ -258,6 +263,7 @@ def run_trial(cfg: DictConfig) -> float:
             },
             client=client,
         )
+        mark_objective(run, binding.study, attrs[StudyAttr.OBJECTIVE], uri)
     if earlier.get("run_id") or resumed_from is not None:  # the guess's tag, fixed on load
         resumed = {} if resumed_from is None else {Tag.RESUMED_FROM_STEP: resumed_from}
         run.set_tags({Tag.TRIAL_NUMBER: str(binding.number), **resumed})
@@ -281,6 +287,10 @@ def run_trial(cfg: DictConfig) -> float:
     run.log_training_config(train_cfg, run_params(train_cfg))
     first = binding.replicate == 0
     reporter = trial_reporter(run, trial, attrs, started, first, train_cfg.max_steps, cfg.seed)
+    if binding.number == 0 and first:  # once a sweep, at its first baseline
+        reporter.baseline_check = functools.partial(
+            truncation_warning, max_tokens=train_cfg.max_tokens
+        )
     seed = f" s{cfg.seed}" if several_seeds else ""
     reporter.line = TrialLine(
         f"[sweep {binding.study}] t{binding.number}{seed} {short(trial.params)}".rstrip(),

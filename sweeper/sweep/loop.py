@@ -161,6 +161,7 @@ class SweepRunner:
         best = best_trial(trials, self.s.maximize)
         verdict = study_verdict(study, study.user_attrs, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
+        runs.log_intervals(trials, verdict.ranked)  # the study's MLflow view shows them
         self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
         table = final_table(study, verdict)
@@ -260,7 +261,12 @@ class SweepRunner:
         config_run = None
         if len(seeds) > 1:
             config_run = runs.start_config_run(
-                self.config.experiment, self.parent_run_id, self.name, trial.number, trial.params
+                self.config.experiment,
+                self.parent_run_id,
+                self.name,
+                trial.number,
+                trial.params,
+                self.s.objective,
             )
             trial.set_user_attr(TrialAttr.MLFLOW_RUN_ID, config_run)
         flight = InFlight(trial, seeds, config_run, len(carried), dict.fromkeys(carried))

@@ -43,7 +43,7 @@ def train_and_log(cfg: DictConfig) -> float:
     from trainer.env.rewards import RewardError
 
     try:
-        check_tracking_uri()
+        tracking_uri = check_tracking_uri()
         run = MLflowRun(cfg.experiment, run_name(cfg))  # opens (the first time: creates) it
     except StoreUnusable as e:
         sys.exit(f"error: {e}")
@@ -66,6 +66,6 @@ def train_and_log(cfg: DictConfig) -> float:
         baseline,
         result.final_eval,
         result.output_dir / "adapter",
-        run.run_id,
+        run.url(tracking_uri),
     )
     return result.final_eval

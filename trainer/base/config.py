@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from records.defaults import DEFAULT_EXPERIMENT
+from trainer.base.config_help import register_resolver
 
 
 @dataclass
@@ -55,7 +56,7 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "importance_sampling"  # one of LOSS_NAMES
+    name: str = "importance_sampling"  # the policy loss, one of LOSS_NAMES (loss=NAME picks it)
     clip_low: float = 0.8  # lower bound of the clipped ratio (1 - epsilon)
     clip_high: float = 1.2  # upper bound of the clipped ratio (1 + epsilon_high)
     mask_truncated_completions: bool = False  # completions without EOS give no gradient
@@ -88,7 +89,7 @@ class BackendConfig:
     `train(cfg, reporter)` (trainer/backends/__init__.py).
     """
 
-    name: str = "ours"  # one of BACKENDS
+    name: str = "ours"  # the GRPO trainer, one of BACKENDS (backend=NAME picks it)
     # Processes one run spans (launched through torch.distributed's launcher); trl only.
     processes: int = 1
     # TRL only: GRPOConfig options passed through as they are (backend.grpo.use_vllm=true);
@@ -165,10 +166,10 @@ class TrainConfig:
     max_tokens: int = 8  # completion length limit, in tokens
 
     # --- LoRA (PEFT); lora_rank=0 trains every weight ---
-    lora_rank: int = 8
+    lora_rank: int = 8  # adapter rank; 0 trains every weight
     lora_alpha: int = 16  # LoRA scale is lora_alpha / lora_rank
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    lora_dropout: float = 0.0  # dropout on the input of each LoRA layer
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])  # PEFT names
 
     # --- schedule of side work ---
     eval_every: int = 10  # held-out eval every N steps (and always at the end); 0: end only
@@ -204,6 +205,7 @@ def register_configs() -> None:
     The root schema is a config group (`schema`), so an app can extend it: the sweeper's job
     selects its own subclass with `override schema: ...` (see conf/sweep.yaml).
     """
+    register_resolver()  # `--help` reads the comments beside these fields (conf/config.yaml)
     cs = ConfigStore.instance()
     cs.store(group="schema", name="train", node=TrainConfig, package="_global_")
     cs.store(group="model", name="model_schema", node=ModelConfig)

@@ -1,0 +1,97 @@
+"""What a sweep cannot learn, said before its first trial and at its first baseline eval.
+
+An eval of n problems tells two configurations apart only when their means differ by at
+least analysis.stats.detectable_difference (its noise alone, at the verdict's 95%): a 4-problem
+eval needs 0.69 of a 0-1 reward, so every configuration of such a sweep comes out tied, and
+"more seeds" cannot help, as every seed scores the same few problems. Before the first trial
+the reward's spread is not known: the widest a reward in [0, 1] can have stands in for it.
+Completions that all hit max_tokens at the baseline are known only once the first trial's
+baseline eval ran: that one is said then, once a sweep (sweeper/sweep/job.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+
+from omegaconf import DictConfig
+
+from analysis.stats import detectable_difference, problems_to_detect
+from records.metrics import EVAL_TRUNCATED
+from sweeper.plan.preflight import compose, trial_config
+from sweeper.plan.space import SearchSpace
+
+log = logging.getLogger(__name__)
+
+WIDEST_SD = 0.5  # the spread of a reward in [0, 1] when half the problems score 0, half 1
+# The difference a sweep looks for when hydra.sweeper.min_difference does not say: a fifth of
+# a 0-1 reward. Settings of one sweep rarely differ by more; an eval that cannot see this much
+# cannot tell any two of them apart.
+LOOKED_FOR = 0.2
+
+
+def warn_eval_size(
+    config_loader, master_config: DictConfig, space: SearchSpace, objective: str, wanted
+) -> None:
+    """Log a line for each task config of the sweep whose eval is too small (see module)."""
+    if not objective.startswith("eval/"):
+        return
+    for task_cfg in _task_configs(config_loader, master_config, space):
+        from trainer.env.tasks import make_task  # loaded by the checks before this one
+
+        problems = len(make_task(task_cfg).eval_problems())
+        if line := eval_size_warning(task_cfg, problems, objective, wanted or LOOKED_FOR):
+            log.warning(line)
+
+
+def eval_size_warning(task_cfg, problems: int, objective: str, looked_for: float) -> str | None:
+    smallest = detectable_difference(WIDEST_SD, problems)
+    if smallest <= looked_for:
+        return None
+    need = problems_to_detect(looked_for, WIDEST_SD)
+    return (
+        f"Eval too small: {problems} problems tell two configurations apart (95%) only when their "
+        f"{objective} differs by {smallest:.2f} or more (a 0-1 reward at its widest spread), "
+        f"and more seeds cannot help: {need} problems would tell {looked_for:g}: "
+        f"{_more_problems(task_cfg, problems, need)}"
+    )
+
+
+def _more_problems(task_cfg, problems: int, need: int) -> str:
+    if "eval_size" in task_cfg:
+        return f"task.eval_size={need}"
+    fraction = task_cfg.get("eval_fraction")
+    if fraction and task_cfg.get("eval_split") is None:
+        rows = round(problems / fraction)
+        if need < rows:
+            return f"task.eval_fraction={need / rows:.2g} (about {need} of {rows} rows)"
+        return f"more rows (the file holds about {rows}; task.eval_fraction holds out a share)"
+    return "a larger eval set"
+
+
+def _task_configs(config_loader, master_config: DictConfig, space: SearchSpace):
+    """The distinct task configs the sweep reaches: every combination of its swept task keys
+    (the `task` group, `task.*`) at the ends of their ranges, the other keys at their first."""
+    names = list(space.params)
+    ends = [
+        space.params[n].endpoints if n.split(".")[0] == "task" else space.params[n].endpoints[:1]
+        for n in names
+    ]
+    seen: dict[str, DictConfig] = {}
+    for combo in itertools.product(*ends):
+        overrides = space.overrides(dict(zip(names, combo, strict=True)))
+        task_cfg = trial_config(compose(config_loader, master_config, overrides, True)).task
+        seen.setdefault(repr(task_cfg), task_cfg)
+    return list(seen.values())
+
+
+def truncation_warning(baseline: Mapping[str, float], max_tokens: int) -> str | None:
+    """The line for a baseline eval whose completions all hit max_tokens, else None."""
+    if baseline.get(EVAL_TRUNCATED, 0.0) < 1.0:
+        return None
+    return (
+        f"every completion of the baseline eval hit max_tokens={max_tokens} before it ended: "
+        "the rewards score cut-off answers, so the sweep can learn little about its settings: "
+        "raise max_tokens"
+    )
