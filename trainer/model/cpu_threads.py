@@ -2,7 +2,7 @@
 
 torch takes every core by default. Where anything else runs beside a run (the sweep's other
 lanes, a second test worker, a user's other work), its threads wait on each other: two threads
-beside one busy process trained the tiny model 1.6x slower than one thread, and 12x slower
+beside one busy process trained the tiny model 2.7x slower than one thread, and 12x slower
 beside the test suite (bench/THREADS.md). Alone on the host, two threads win on every model
 measured, the tiny one included. The rule:
 
