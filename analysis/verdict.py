@@ -212,7 +212,7 @@ def verdict(
     if paired is not None:  # ranked at the same seeds: a raced one's lucky seeds do not count
         summaries = [replace(s, adjusted=paired.adjusted_mean(s.label)) for s in summaries]
     sign = 1 if maximize else -1
-    ranked = sorted(summaries, key=lambda s: -sign * _rank_value(s))
+    ranked = sorted(summaries, key=lambda s: stats.rank_value(-sign * _rank_value(s)))
     best = ranked[0]
     lines = learned_nothing(ranked, maximize)
     lines.append(f"Best: {_describe(best)}.")

@@ -123,7 +123,7 @@ def decide(
     entries = sorted([me, *known], key=lambda e: e.label)
     judge = Judge(entries)
     sign = 1 if maximize else -1
-    leader = max(entries, key=lambda e: sign * judge.mean(e))
+    leader = max(entries, key=lambda e: stats.rank_value(sign * judge.mean(e)))
     if leader is not me:
         gap = _signed(judge.difference(leader, me, level), sign)
         if gap.known and gap.low > 0:
