@@ -15,6 +15,7 @@ from typing import Any
 
 from analysis.load import AnalysisError, StudyData, mlflow_client, quick_mlflow
 from records.sweep import State, StudyAttr, Tag, replicates
+from records.tracking import log_model_under
 
 MODEL_NAME = "tuned-adapter"
 BASE_PATH_TAG = "base_model_path"
@@ -84,21 +85,21 @@ def log_adapter_model(data: StudyData) -> str:
         Tag.TRIAL_NUMBER: str(adapter.trial),
         Tag.SEED: str(adapter.seed),
     }
-    client = mlflow_client(uri)
-    status = client.get_run(run_id).info.status
-    mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(run_id=run_id):  # the study's run, ended: reopened, then restored
-        info = mlflow.transformers.log_model(
-            {"model": model, "tokenizer": AutoTokenizer.from_pretrained(adapter.folder)},
-            name=MODEL_NAME,
-            task="text-generation",
-            base_model_path=str(adapter.base),
-            pip_requirements=[],  # the project's own install: nothing to infer
-            tags=tags,
-        )
-        mlflow.set_tag(Tag.ADAPTER_MODEL, info.model_uri)
-    client.set_terminated(run_id, status)
-    return info.model_uri
+    return log_model_under(
+        uri,
+        run_id,
+        Tag.ADAPTER_MODEL,
+        mlflow.transformers.log_model,
+        transformers_model={
+            "model": model,
+            "tokenizer": AutoTokenizer.from_pretrained(adapter.folder),
+        },
+        name=MODEL_NAME,
+        task="text-generation",
+        base_model_path=str(adapter.base),
+        pip_requirements=[],  # the project's own install: nothing to infer
+        tags=tags,
+    )
 
 
 def logged_model_line(data: StudyData) -> str | None:

@@ -32,9 +32,14 @@ EVAL_CI_LABEL = "95% CI over eval problems (±1.96 stderr)"
 STATE_MARKERS = {"complete": "o", "pruned": "X", "failed": "s", "running": "^", "waiting": "."}
 
 
+NAME_CHARS = 60  # settings longer than this (long keys, many swept) leave no room for the data
+
+
 def name(t: TrialRecord, sep: str = ", ") -> str:
-    """A trial as its settings (`lr=0.001, group_size=8`); its id when nothing was swept."""
-    return settings(t.params, sep) or f"t{t.number}"
+    """A trial as its settings (`lr=0.001, group_size=8`); its id when nothing was swept or
+    its settings would not fit beside the data (the report's table names them)."""
+    shown = settings(t.params, sep)
+    return shown if shown and len(shown) <= NAME_CHARS else f"t{t.number}"
 
 
 def label(t: TrialRecord, best: TrialRecord | None, many: bool) -> str | None:

@@ -411,3 +411,33 @@ class MLflowReporter:
 
     def params(self, params: Mapping[str, Any]) -> None:
         self.run.log_decided(params)
+
+
+def write_active_run(
+    metrics: Mapping[str, float] | None = None,
+    tags: Mapping[str, str] | None = None,
+    step: int = 0,
+) -> None:
+    """Metrics and tags onto this process's active fluent run, one a user's own script opened
+    (TRL's `report_to="mlflow"`): what the health callback records there."""
+    import mlflow
+
+    if metrics:
+        mlflow.log_metrics(dict(metrics), step=step)
+    for key, value in (tags or {}).items():
+        mlflow.set_tag(key, value)
+
+
+def log_model_under(uri: str, run_id: str, tag: str, flavor_log_model, **kwargs: Any) -> str:
+    """Log a model (a flavor's `log_model`, given kwargs) under an existing, maybe ended, run;
+    tag the run with the model's URI and restore its status. Returns the model's URI."""
+    import mlflow
+
+    client = tracking_client(uri)
+    status = client.get_run(run_id).info.status
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(run_id=run_id):  # reopened, then its status restored
+        info = flavor_log_model(**kwargs)
+        mlflow.set_tag(tag, info.model_uri)
+    client.set_terminated(run_id, status)
+    return info.model_uri

@@ -14,6 +14,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 from test_analysis import EVAL_STDERR, Sweep, _default_rules
 
+from analysis import plot_style as ps
 from analysis.load import StudyData, load_study
 from analysis.plot_style import STDERR_GID
 from analysis.plots import FIGURES
@@ -140,4 +141,4 @@ def test_every_point_is_named_on_the_reward_vs_kl_chart(studies):
     data = studies[2]
     fig = FIGURES["reward_vs_kl"][1](data)
     names = {t.get_text() for t in fig.axes[0].texts}
-    assert names == {f"t{t.number}" for t in data.trials if t.final_kl is not None}
+    assert names == {ps.name(t) for t in data.trials if t.final_kl is not None}  # settings

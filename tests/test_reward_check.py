@@ -63,7 +63,7 @@ REFUSED = [
     (
         "{_target_:user_rewards.no_such_reward,style:trl}",
         r"error: task.rewards: cannot import _target_='user_rewards.no_such_reward' "
-        r"\(ModuleNotFoundError: .*\) \(at lr=0.0001\)",
+        r"\(ModuleNotFoundError: .*\)",  # the same at every point: no "(at ...)"
     ),
 ]
 

@@ -57,9 +57,9 @@ def use_threads(cfg: DictConfig, reporter: Reporter | None) -> None:
     from trainer.model import cpu_threads
 
     if cfg.backend.processes > 1:
-        threads = cpu_threads.rank_threads(cfg.model.threads)
+        threads = cpu_threads.rank_threads(cfg.model.get("threads", "auto"))
     else:
-        threads = cpu_threads.decide(cfg.model.threads)
+        threads = cpu_threads.decide(cfg.model.get("threads", "auto"))
         cpu_threads.apply(threads)
     logging.getLogger("trainer").info("CPU threads: %d (%s)", threads.count, threads.why)
     hook = getattr(reporter, "params", None)

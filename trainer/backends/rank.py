@@ -70,7 +70,7 @@ def rank_entry() -> None:
             cfg.model.device = f"cuda:{local}"
             dist.init_process_group("nccl")
         else:
-            torch.set_num_threads(cpu_threads.rank_threads(cfg.model.threads).count)
+            torch.set_num_threads(cpu_threads.rank_threads(cfg.model.get("threads", "auto")).count)
             dist.init_process_group("gloo")
         expected, world = int(os.environ[ENV_PROCESSES]), dist.get_world_size()
         if world != expected:

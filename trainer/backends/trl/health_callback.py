@@ -30,6 +30,7 @@ from transformers import TrainerCallback
 
 from records import metrics as metrics_names
 from records.sweep import WARNING_METRIC_PREFIX, Tag
+from records.tracking import write_active_run
 from trainer.backends.trl import step_rewards, unreported_rules
 from trainer.backends.trl.checkpoints import HEALTH
 from trainer.backends.trl.grpo import watch
@@ -97,9 +98,7 @@ class HealthCallback(TrainerCallback):
         fired = self.monitor.breaches(step, {**our_metrics(logs), **computed})
         to_mlflow = state.is_world_process_zero and mlflow_reported(args)
         if to_mlflow and computed:
-            import mlflow
-
-            mlflow.log_metrics(computed, step=state.global_step)
+            write_active_run(metrics=computed, step=state.global_step)
         for breach in fired:
             if breach.action == Action.prune.value:
                 self.stop(breach, state, control, to_mlflow)
@@ -122,10 +121,11 @@ class HealthCallback(TrainerCallback):
         if state.is_world_process_zero:
             log.warning("health warning: %s", breach)
         if to_mlflow:
-            import mlflow
-
-            mlflow.set_tag(Tag.WARNING_PREFIX + breach.rule, str(breach))
-            mlflow.log_metric(WARNING_METRIC_PREFIX + breach.rule, 1.0, step=state.global_step)
+            write_active_run(
+                metrics={WARNING_METRIC_PREFIX + breach.rule: 1.0},
+                tags={Tag.WARNING_PREFIX + breach.rule: str(breach)},
+                step=state.global_step,
+            )
 
     def stop(self, breach: Breach, state, control, to_mlflow: bool) -> None:
         """Stop at this step, keeping its state: TRL saves a checkpoint here."""
@@ -135,9 +135,7 @@ class HealthCallback(TrainerCallback):
         if state.is_world_process_zero:
             log.warning("health stop: %s", breach)
         if to_mlflow:
-            import mlflow
-
-            mlflow.set_tag(Tag.PRUNE_REASON, str(breach))
+            write_active_run(tags={Tag.PRUNE_REASON: str(breach)})
 
 
 def mlflow_reported(args) -> bool:
