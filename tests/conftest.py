@@ -32,6 +32,10 @@ from trainer.model.token_batch import collate
 from trainer.rl import rl_math
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+# A race test whose overlap is forced by state (a barrier before schema creation) overlaps in
+# every round, so one round tests it; GRPO_SWEEPER_RACE_ROUNDS=N repeats each N times
+# (docs/contributing.md: before a release, or after touching store creation).
+RACE_ROUNDS = int(os.environ.get("GRPO_SWEEPER_RACE_ROUNDS", "1"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,7 +14,7 @@ from collections import Counter
 
 import optuna
 import pytest
-from conftest import one_seed_unless_named
+from conftest import RACE_ROUNDS, one_seed_unless_named
 from mlflow.tracking import MlflowClient
 
 from records.database import SCHEMA_BARRIER_ENV
@@ -24,10 +24,9 @@ pytestmark = pytest.mark.slow
 
 WORKERS = 3
 GRID = ["lr=1e-3,2e-3,3e-3", "max_steps=2", "batch_size=4", "task.eval_size=16", "eval_every=0"]
-ROUNDS = int(os.environ.get("GRPO_SWEEPER_RACE_ROUNDS", "1"))
 
 
-@pytest.mark.parametrize("attempt", range(ROUNDS))
+@pytest.mark.parametrize("attempt", range(RACE_ROUNDS))
 def test_workers_started_together_on_fresh_stores_all_join_one_study(tmp_path, attempt):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the defaults
     barrier = tmp_path / "barrier"

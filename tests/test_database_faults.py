@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import ONE_SEED, one_seed_unless_named, sweep_env
+from conftest import ONE_SEED, RACE_ROUNDS, one_seed_unless_named, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
@@ -102,7 +102,7 @@ def assert_interrupted_points_resumed(trials: list) -> int:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("attempt", range(3))
+@pytest.mark.parametrize("attempt", range(RACE_ROUNDS))
 def test_workers_started_at_once_on_fresh_postgres_databases_all_come_up(
     postgres,  # noqa: F811
     tmp_path,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ONE_SEED
+from conftest import ONE_SEED, RACE_ROUNDS
 from pg_server import postgres  # noqa: F401  (fixture)
 from test_database_faults import TINY, assert_every_point_complete_once
 
@@ -43,7 +43,7 @@ print("created", flush=True)
 """
 
 
-@pytest.mark.parametrize("attempt", range(5))
+@pytest.mark.parametrize("attempt", range(RACE_ROUNDS))
 def test_a_sweep_beside_another_mlflow_client_creating_the_store_completes(
     postgres,  # noqa: F811
     tmp_path,

@@ -8,7 +8,9 @@ sweep waits at the schema barrier (records/database.py) right before it opens a 
 client joins that barrier and starts creating the same store at once: the two creations
 overlap in every round. On main (8789f6c) this killed the sweep (docs/reliability.md).
 Each kind of client gets ROUNDS rounds: CLI_ROUNDS real sweeps, the rest the sweep's own
-store-opening code (tracking_client, open_storage) in this process, which is cheaper.
+store-opening code (tracking_client, open_storage) in this process, which is cheaper. Since
+the barrier forces the overlap, one real sweep a kind proves the CLI path; the in-process rounds
+vary where in the client's creation the sweep's lands (GRPO_SWEEPER_RACE_ROUNDS scales both).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy
-from conftest import ONE_SEED
+from conftest import ONE_SEED, RACE_ROUNDS
 from mlflow.store.db import utils as mlflow_db
 from mlflow.tracking import MlflowClient
 from optuna.storages._rdb import models as optuna_models
@@ -37,8 +39,8 @@ from records.tracking import MLflowRun, tracking_client
 
 pytestmark = pytest.mark.slow
 
-ROUNDS = 20
-CLI_ROUNDS = 3
+CLI_ROUNDS = RACE_ROUNDS
+ROUNDS = 6 * RACE_ROUNDS
 KINDS = ("mlflow", "optuna")
 STORE_FILE = {"mlflow": "mlflow.db", "optuna": "sweeps.db"}
 

@@ -6,6 +6,7 @@ whose runs record the file, whose tuned rerun keeps its other settings and whose
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -37,6 +38,7 @@ TESTS = Path(__file__).parent
 REWARD = "user_rewards.accuracy_reward"  # TRL's documentation's reward, by dotted path
 
 
+@functools.cache  # composing the config to find it costs most of a recipe test's time
 def tiny_dir() -> str:
     """The shipped tiny model's directory: a recipe names its model by path."""
     return model_path(compose_conf())

@@ -6,13 +6,15 @@ COMPLETE."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import compose_conf, needs_trl, run_sweep, study_in, sweep_env
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from test_trl_recipe import write_recipe
 
 from trainer.backends import validate
@@ -33,9 +35,17 @@ def recipe_with(root: Path, line: str) -> Path:
     return path
 
 
-def resolved(recipe: Path, *overrides: str):
-    given = ["backend=trl", f"backend.config={recipe}", *overrides]
-    cfg = with_recipe(compose_conf(*given), given)
+@functools.cache
+def _composed_for_trl() -> DictConfig:
+    return compose_conf("backend=trl")
+
+
+def resolved(recipe: Path):
+    """The config `backend=trl backend.config=<recipe>` trains with, validated. Composed once:
+    the recipe's path is a plain string that nothing in conf/ reads while composing."""
+    cfg = copy.deepcopy(_composed_for_trl())
+    cfg.backend.config = str(recipe)
+    cfg = with_recipe(cfg, ["backend=trl", f"backend.config={recipe}"])
     validate(cfg)
     return cfg
 
