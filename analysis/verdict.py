@@ -15,9 +15,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from analysis.stats import Interval, mean_and_stderr
 from analysis.text import show
+from judge import stats
+from judge.stats import Interval, mean_and_stderr
 from records.metrics import EVAL_REWARD, is_finite_number
 from records.sweep import StudyAttr, TrialAttr, replicates
 
@@ -155,7 +155,7 @@ def clipped(i: Interval, bounds: tuple[float, float] | None) -> Interval:
 
 
 def blocked(configs: Sequence[Config]) -> stats.Blocked | None:
-    """The configuration + seed fit over every configuration with >= 2 seeds (analysis/stats.py
+    """The configuration + seed fit over every configuration with >= 2 seeds (judge/stats.py
     blocked_fit), its variance raised to its VARIANCE_BOUND upper bound as the race raises
     it: pooled over configurations whose seeds co-move unequally (a collapsing lr's less than
     a learning one's), the plain residual variance covered the truth's difference in 85% of
@@ -173,7 +173,7 @@ def difference(
     pool: stats.Pooled | None = None,
     paired: stats.Blocked | None = None,
 ) -> Interval:
-    """a minus b with the sharpest valid interval (see analysis/stats.py): paired by seed
+    """a minus b with the sharpest valid interval (see judge/stats.py): paired by seed
     (paired: the blocked fit over the study's configurations, its variance moderated toward
     the pair's own, stats.moderated) where their seeds connect them,
     else unpaired: pool, the seed variance pooled over a raced study's configurations, or
@@ -288,7 +288,7 @@ def _variance(
 
 def racing_level(max_seeds: int | None, configurations: int = 2) -> float:
     """The level differences are judged at: when seeds raced, the race's corrected per-look
-    level made stricter for calling a difference decided (analysis/stats.py decided_level)."""
+    level made stricter for calling a difference decided (judge/stats.py decided_level)."""
     return stats.LEVEL if max_seeds is None else stats.decided_level(max_seeds, configurations)
 
 

@@ -44,9 +44,9 @@ from pathlib import Path
 import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
-from analysis import stats
-from analysis.stats import MIN_SEEDS, mean_and_stderr, z_quantile
 from analysis.verdict import Config, Seed, verdict
+from judge import stats
+from judge.stats import MIN_SEEDS, mean_and_stderr, z_quantile
 from records.sweep import replicates
 from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
 

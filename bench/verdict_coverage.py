@@ -27,9 +27,9 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from analysis import stats
 from analysis.rule_replay import load_library, wilson
 from analysis.verdict import Config, Seed, blocked, difference
+from judge import stats
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prior-df", type=float, default=stats.PRIOR_DF, help="the moderation's (to choose it)"
     )
     args = p.parse_args(argv)
-    stats.PRIOR_DF = args.prior_df  # analysis.stats.moderated reads it at each call
+    stats.PRIOR_DF = args.prior_df  # judge.stats.moderated reads it at each call
     rng = random.Random(0)
     out = {}
     for name, pool in sorted(pools(args.part, args.library).items()):

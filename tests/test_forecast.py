@@ -13,10 +13,11 @@ import pytest
 from conftest import mlflow_uri, run_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
-from analysis import forecast as fc
 from analysis.load import load_study
 from analysis.plot_style import FORECAST_GID
 from analysis.plots import reward_curves
+from judge import forecast as fc
+from judge.forecast import FORECAST, is_unsafe
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import (
     FORECAST_HIGH,
@@ -30,7 +31,7 @@ from records.sweep import (
 from sweeper.plan.breaches import breached
 from sweeper.sweep.forecaster import Forecaster, seed_curve
 from sweeper.sweep.job import TrialPruned, TrialReporter
-from trainer.run.health import FORECAST, HealthMonitor, default_rules, is_unsafe
+from trainer.run.health import HealthMonitor, default_rules
 
 
 def test_flat_is_the_weighted_mean_of_the_last_half():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import stats
-from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
+from judge import stats
+from judge.stats import look_level, seeds_to_separate
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
 from sweeper.plan.settings_schema import GRPOSweeperConf

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from analysis import stats
 from analysis.verdict import Config, Seed, interval_cells, objective_range, summarize, verdict
+from judge import stats
 
 
 def test_t_interval_over_three_seeds():

@@ -1,5 +1,5 @@
 """pruner=forecast inside a trial's job: at each eval step, the configuration's final objective
-forecast from its curve so far (analysis/forecast.py, the math), logged, and a breach once it
+forecast from its curve so far (judge/forecast.py, the math), logged, and a breach once it
 cannot reach the best completed configuration. The reporter (job.py) asks it after the health
 rules."""
 
@@ -12,21 +12,22 @@ from typing import Any
 
 import optuna
 
-from analysis import forecast
 from analysis.load import history
+from judge import forecast
+from judge.forecast import FORECAST
 from records.metrics import stderr_of
 from records.sweep import FORECAST_HIGH, FORECAST_MEAN, StudyAttr, replicates
 from records.tracking import MLflowRun
 from sweeper import optuna_adapter as oa
 from sweeper.sweep import racing
-from trainer.run.health import FORECAST, Action, Breach
+from trainer.run.health import Action, Breach
 
 log = logging.getLogger(__name__)
 
 
 class Forecaster:
     """pruner=forecast: at each eval step, the configuration's final objective forecast from
-    its curve so far (analysis/forecast.py), logged, and a stop once its optimistic bound
+    its curve so far (judge/forecast.py), logged, and a stop once its optimistic bound
     cannot reach the best completed configuration's pessimistic value.
 
     A configuration's seeds are pooled: each seed forecasts the configuration's curve, at each

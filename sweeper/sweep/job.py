@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from analysis.load import history
 from analysis.sweep_job import training_config
+from judge.forecast import FORECAST
 from records.database import DatabaseUnreachable, set_retry_window
 from records.metrics import EVAL_REWARD, stderr_of
 from records.optuna_storage import open_storage
@@ -53,7 +54,6 @@ from trainer.backends.trl.recipe import with_recipe
 from trainer.base.errors import RankLost, fail_reason
 from trainer.run.checkpoint import resumable_step
 from trainer.run.health import (
-    FORECAST,
     Action,
     Breach,
     HealthMonitor,

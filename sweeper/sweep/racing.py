@@ -7,7 +7,7 @@ is eliminated on it); once all its started seeds have ended, it is compared with
 (the best mean among configurations with MIN_SEEDS values) by a t interval paired by seed:
 the sweeper gives every configuration the same seeds, so the race fits configuration + seed
 over every configuration with MIN_SEEDS values and judges on its residual variance
-(analysis/stats.py blocked_fit; unpaired on the seed-to-seed variance pooled over them,
+(judge/stats.py blocked_fit; unpaired on the seed-to-seed variance pooled over them,
 pooled_difference, for configurations whose seeds do not connect them), at a level corrected for looking after every seed and
 for comparing with the leader every configuration there is: Bonferroni over the
 max_seeds - MIN_SEEDS + 1 looks a configuration can have times the k - 1 comparisons with the
@@ -20,13 +20,13 @@ over 5 configurations at 2 seeds the spread has 5 degrees of freedom and no sing
 luck decides. Then exactly one of:
   - eliminated: the leader is better beyond the interval -> no more seeds;
   - cannot beat the leader: even at its one-sided 95% upper confidence bound
-    (analysis/stats.py reversal_bound), it would be better than the leader by less than
+    (judge/stats.py reversal_bound), it would be better than the leader by less than
     min_difference -> no more seeds. What a verdict's regret needs is the best, not proof of
     how much worse the others are: without this rule a slow learner 0.029 below the best took
     4.2 seeds to be eliminated at the corrected level (bench/COST.md, "Cannot beat the
     leader");
   - tied for good: even an optimistic difference, |difference| at its one-sided 95% upper
-    confidence bound (analysis/stats.py difference_bound), would stay inside the interval at
+    confidence bound (judge/stats.py difference_bound), would stay inside the interval at
     max_seeds, or is below the minimal difference that counts (min_difference: a difference
     the eval cannot see on one run is not worth seeds) -> no more seeds, the verdict calls it
     a tie. Optimistic, not the observed difference: two seeds' difference is mostly noise,
@@ -60,8 +60,8 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from analysis.stats import MIN_SEEDS, look_level, mean_of, seeds_to_separate
+from judge import stats
+from judge.stats import MIN_SEEDS, look_level, mean_of, seeds_to_separate
 from records.sweep import Replicate, State, replicates
 
 
@@ -172,13 +172,13 @@ def decide(
 def spread(entries: Sequence[Entry]) -> stats.Pooled:
     """The seed-to-seed variance the race judges with: pooled over every configuration with
     MIN_SEEDS values (open or told), one-way ANOVA's within-group variance, raised to its
-    VARIANCE_BOUND upper confidence bound (analysis/stats.py variance_bound)."""
+    VARIANCE_BOUND upper confidence bound (judge/stats.py variance_bound)."""
     groups = [e.values for e in entries if len(e.values) >= MIN_SEEDS]
     return stats.variance_bound(stats.pooled_variance(groups))
 
 
 class Judge:
-    """How the race compares two configurations: paired by seed (analysis/stats.py
+    """How the race compares two configurations: paired by seed (judge/stats.py
     blocked_fit, seed as the block over every configuration with MIN_SEEDS values) where
     their seeds connect them, else unpaired on the pooled seed variance (spread). Both
     variances are raised to their VARIANCE_BOUND upper confidence bound."""

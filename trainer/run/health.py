@@ -96,11 +96,11 @@ class Breach:
     advice: str = ""
     action: str = Action.prune.value
     detail: str = ""  # the guard that held (" while reward/mean was not rising"); a
-    # forecast's whole sentence (check FORECAST)
+    # stop said in its own sentence (no metric: a forecast's, judge/forecast.py)
 
     def __str__(self) -> str:
         value = "nan/inf" if self.value is None else f"{self.value:.3g}"
-        if self.check == FORECAST:
+        if not self.metric:
             return f"{self.rule}: {self.detail}"
         if self.check == Check.not_finite.value:
             what = f"{self.metric}={value} is not finite"
@@ -119,16 +119,6 @@ class Breach:
     def from_dict(cls, data: Mapping[str, Any]) -> Breach:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-FORECAST = "forecast"  # the check of a forecasting pruner's stop: not a health breach
-
-
-def is_unsafe(breach: Mapping[str, Any]) -> bool:
-    """Whether a recorded stop marks its configuration unsafe (health_breach, the sampler's
-    breach region): a pruning health rule, not a warning or a forecast."""
-    action = breach.get("action", Action.prune.value)
-    return breach.get("check") != FORECAST and action == Action.prune.value
 
 
 WORDS = {
