@@ -234,9 +234,10 @@ class TrialLine:
         return f"{self.head} " + ", ".join(parts)
 
 
-def final_table(study: optuna.Study, verdict: Verdict) -> str:
-    """Every trial: number, params, seeds, mean and 95% CI (completed ones), state and, for
-    pruned or failed ones, why; then the verdict."""
+def final_table(study: optuna.Study, verdict: Verdict, verbose: bool = False) -> str:
+    """The verdict in three parts: its decision; every trial (number, params, seeds, mean and
+    95% CI of completed ones, state and, for pruned or failed ones, why; for raced ones why
+    their race ended); what to run next. verbose: the statistics behind it after that."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     names = list(dict.fromkeys(k for t in trials for k in t.params))
     summaries = {s.label: s for s in verdict.ranked}
@@ -247,7 +248,8 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
         else ""
     )
     rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
-    return text_table([header, *rows]) + "\n\n" + verdict.text
+    after = [verdict.next_step, *(verdict.detail if verbose else [])]
+    return "\n".join([verdict.decision, "", text_table([header, *rows]), "", *after])
 
 
 # The plain grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
@@ -272,5 +274,14 @@ def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run:
         *params,
         *interval_cells(summary),
         trial.state.name,
-        trial_note(trial) or (not_run if trial.state == TrialState.WAITING else ""),
+        trial_note(trial)
+        or (not_run if trial.state == TrialState.WAITING else "")
+        or _raced(trial),
     ]
+
+
+def _raced(trial: FrozenTrial) -> str:
+    """Why a raced configuration got the seeds it got: its race's headline (the evidence after
+    the colon is on its MLflow run and in the verdict's detail)."""
+    race = trial.user_attrs.get(TrialAttr.RACE, "") if trial.state == TrialState.COMPLETE else ""
+    return race.split(":")[0].split(";")[0]
