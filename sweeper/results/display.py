@@ -99,6 +99,8 @@ def trial_output_to_log(verbose) -> None:
             handler, logging.FileHandler
         ):
             handler.setLevel(logging.WARNING)
+            if SAID_ONCE not in handler.filters:  # Hydra makes new handlers for every job
+                handler.addFilter(SAID_ONCE)
             if on_terminal(handler.stream):  # a warning takes the place of the live line
                 handler.setFormatter(OverLiveLine(handler.formatter))
     from transformers.utils import logging as transformers_logging  # the trial loads it anyway
@@ -107,6 +109,27 @@ def trial_output_to_log(verbose) -> None:
 
     transformers_logging.disable_progress_bar()  # "Loading weights" at every trial's start
     bars_to_log()
+
+
+class OnceASweep(logging.Filter):
+    """A warning said once on the terminal, not once a trial: the jobs of a sweep share this
+    process (the trial process, or the sweep's own), so the same line from every trial's run
+    ("these health rules never fire: ...") is said by the first. Every trial's log file keeps
+    it (the filter is on the console handler only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        if key in self.said:
+            return False
+        self.said.add(key)
+        return True
+
+
+SAID_ONCE = OnceASweep()
 
 
 class OverLiveLine(logging.Formatter):
