@@ -294,3 +294,20 @@ def test_mean_and_stderr_use_the_sample_sd():
     mean, stderr = stats.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
     assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
     assert stats.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure
+
+
+def test_the_first_line_says_every_run_broke_when_no_configuration_completed():
+    v = verdict([], True, 5, None, broken=4)
+    assert v.decision.startswith("Every run broke: all 4 configurations were pruned or failed")
+    assert v.next_step.startswith("Next: ")
+
+
+def test_the_first_line_of_a_tie_says_tied_and_what_would_separate_them():
+    configs = [
+        Config("t0", {"lr": 1e-3}, tuple(Seed(s, v, None) for s, v in enumerate((0.30, 0.34)))),
+        Config("t1", {"lr": 2e-3}, tuple(Seed(s, v, None) for s, v in enumerate((0.31, 0.33)))),
+    ]
+    v = verdict(configs, True, 5)
+    assert v.decision.startswith("Tied at this sample size: ")
+    assert "seeds each would separate" in v.decision or "equal means" in v.decision
+    assert v.next_step.startswith("Next: ") and len(v.decision) <= 120
