@@ -310,7 +310,7 @@ def _more_needed(
     need = stats.seeds_to_separate(a.values, b.values, level, pool)
     if not math.isfinite(need):
         return (
-            f"{a.label} and {b.label} have equal means: no number of seeds separates them",
+            "their means are equal: seeds cannot separate them",
             "take either; a larger eval (task.eval_size) or more max_steps may tell them apart",
         )
     return (

@@ -309,5 +309,5 @@ def test_the_first_line_of_a_tie_says_tied_and_what_would_separate_them():
     ]
     v = verdict(configs, True, 5)
     assert v.decision.startswith("Tied at this sample size: ")
-    assert "seeds each would separate" in v.decision or "equal means" in v.decision
+    assert "seeds each would separate" in v.decision or "means are equal" in v.decision
     assert v.next_step.startswith("Next: ") and len(v.decision) <= 120
