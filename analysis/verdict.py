@@ -203,8 +203,7 @@ def verdict(
             best.config, mate.config, level, max_seeds, judge.variance(gaps[mate.label])
         )
         decision = (
-            f"Tied at this sample size: {names} (best mean {best.label} {_one_number(best)}); "
-            f"{separate}."
+            f"Tied at this sample size: {names}; best {best.label} {_one_number(best)}; {separate}."
         )
         if not group:  # only differences without an interval
             decision = (
@@ -275,7 +274,7 @@ def _reuse(best: Summary, study: str | None) -> str:
     return f"train with {best.label}'s settings ({where}), or search around them"
 
 
-def _names(labels: Sequence[str], most: int = 6) -> str:
+def _names(labels: Sequence[str], most: int = 4) -> str:
     """t0, t1 and t2; past `most`, the first ones and how many more."""
     if len(labels) > most:
         return f"{', '.join(labels[:most])} and {len(labels) - most} more"
@@ -310,11 +309,11 @@ def _more_needed(
     need = stats.seeds_to_separate(a.values, b.values, level, pool)
     if not math.isfinite(need):
         return (
-            "their means are equal: seeds cannot separate them",
+            "their means are equal",
             "take either; a larger eval (task.eval_size) or more max_steps may tell them apart",
         )
     return (
-        f"~{need} seeds each would separate {a.label} and {b.label}",
+        f"~{need} seeds each would separate {b.label} from it",
         f"hydra.sweeper.max_seeds={need}, or a larger eval (task.eval_size)",
     )
 
