@@ -19,9 +19,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from analysis.load import StudyData, TrialRecord
 from analysis.verdict import study_verdict
+from judge.forecast import FORECAST, is_unsafe
 from records.metrics import GROUPS_ALL_BAD, GROUPS_ALL_GOOD, GROUPS_MIXED, is_finite_number
 from records.sweep import StudyAttr
-from trainer.run.health import FORECAST, is_unsafe
 
 KL_PRUNED_SHARE = 0.5  # "most trials pruned as unstable"
 LOW_FRAC_MIXED = 0.3  # under this share of groups with mixed rewards, signal is scarce

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.text import trial_note
+from judge.forecast import FORECAST
 from records.database import (
     DatabaseUnreachable,
     absolute_url,
@@ -55,7 +56,6 @@ from records.sweep import (
     best_trial,
     replicates,
 )
-from trainer.run.health import FORECAST
 
 DEFAULT_OBJECTIVE = EVAL_REWARD
 # KL curves the report draws, most telling first: post-update KL moves with the lr even

@@ -1,8 +1,13 @@
-"""The verdict of a sweep: each configuration's mean with its interval, and whether the best
-is really better than the runner-up, or tied with it at this sample size.
+"""The verdict of a sweep, in three parts: the decision in one line (a best that beat every
+other; a group tied at this sample size, with what would separate them; nothing learned; every
+run broke), the table, and one line of what to run next. The statistics behind it (levels,
+pairing, moderation, degrees of freedom) are its `detail`: the HTML report, the study's MLflow
+run description and `hydra.verbose=true` show them.
 
-Read by the sweeper's final table, `python -m analysis report`, the tuned file and the
-study's MLflow run, so all of them say the same thing in the same words.
+The comparison is the judge's (judge/compare.py), the one the race decided on; a raced
+configuration's stop is the race's decision, printed as the race made it. Read by the sweeper's
+final table, `python -m analysis report`, the tuned file and the study's MLflow run, so all of
+them say the same thing in the same words.
 """
 
 from __future__ import annotations
@@ -15,43 +20,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from analysis.stats import Interval, mean_and_stderr
 from analysis.text import show
+from judge import stats
+from judge.compare import Judge, signed
+from judge.configs import Config, Seed, configs_from_trials
+from judge.stats import Interval
 from records.metrics import EVAL_REWARD, is_finite_number
-from records.sweep import StudyAttr, TrialAttr, replicates
+from records.sweep import StudyAttr
 
-
-@dataclass(frozen=True)
-class Seed:
-    seed: int
-    value: float | None  # None: this seed was pruned or failed
-    stderr: float | None  # the eval's standard error over problems
-    per_problem: tuple[float, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Config:
-    label: str  # "t2"
-    params: dict[str, Any]
-    seeds: tuple[Seed, ...]
-    baseline: float | None = None  # mean eval reward at step 0 over its seeds
-    race: str = ""  # seeds=auto: why it got the seeds it got (sweeper/sweep/racing.py)
-
-    @property
-    def values(self) -> list[float]:
-        return [s.value for s in self.seeds if is_finite_number(s.value)]
-
-    @property
-    def by_seed(self) -> dict[int, float]:
-        return {s.seed: s.value for s in self.seeds if is_finite_number(s.value)}
-
-    @property
-    def eval_stderr(self) -> float | None:
-        """The eval's standard error over problems, averaged over the seeds that logged one:
-        the baseline's stand-in (the same problems, evaluated at step 0)."""
-        known = [s.stderr for s in self.seeds if is_finite_number(s.stderr)]
-        return sum(known) / len(known) if known else None
+__all__ = ["Config", "Seed", "configs_from_trials"]  # the judge's, read here by callers
 
 
 @dataclass(frozen=True)
@@ -74,50 +51,48 @@ class Verdict:
     ranked: list[Summary]  # best first
     runner_up_difference: Interval | None  # best minus runner-up (sign: better is positive)
     tied_with_best: list[str] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
+    decision: str = ""  # the first line: what the sweep found, with its one number and interval
+    next_step: str = ""  # what to run next, one line
+    detail: list[str] = field(default_factory=list)  # the statistics behind the decision
 
     @property
     def best(self) -> Summary | None:
         return self.ranked[0] if self.ranked else None
 
     @property
+    def lines(self) -> list[str]:
+        """The decision, what to run next, then the detail."""
+        return [line for line in (self.decision, self.next_step, *self.detail) if line]
+
+    @property
     def text(self) -> str:
         return "\n".join(self.lines)
-
-
-def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
-    """Completed configurations and their seeds, as the sweep recorded them."""
-    out = []
-    for t in sorted(trials, key=lambda t: t.number):
-        if t.state != TrialState.COMPLETE:
-            continue
-        seeds = tuple(Seed(r.seed, r.value, r.stderr, r.per_problem) for r in replicates(t))
-        if not seeds:  # recorded before seeds were: the trial's value alone
-            seeds = (Seed(0, t.value, None),)
-        baseline = t.user_attrs.get(TrialAttr.BASELINE)
-        race = t.user_attrs.get(TrialAttr.RACE, "")
-        out.append(Config(f"t{t.number}", dict(t.params), seeds, baseline, race))
-    return out
 
 
 def study_verdict(study: optuna.Study | None, attrs: Mapping[str, Any], maximize: bool) -> Verdict:
     """The verdict of a study as stored (none to give when the study is gone); the sweep's
     closing table, the report, its figures and the tuned file all ask this one."""
     trials = study.get_trials(deepcopy=False) if study is not None else []
-    return sweep_verdict(trials, attrs, maximize)
+    return sweep_verdict(trials, attrs, maximize, study.study_name if study is not None else None)
 
 
 def sweep_verdict(
-    trials: Iterable[FrozenTrial], study_attrs: Mapping[str, Any], maximize: bool
+    trials: Iterable[FrozenTrial],
+    study_attrs: Mapping[str, Any],
+    maximize: bool,
+    study: str | None = None,
 ) -> Verdict:
     """The verdict of a study as recorded: raced seeds compare at the race's level; a study
-    the terminator stopped says why it ran fewer trials than planned."""
+    the terminator stopped says why it ran fewer trials than planned. study: its name, for
+    the tuned file the next step points to."""
+    trials = list(trials)
     configs = configs_from_trials(trials)
+    broken = sum(t.state in (TrialState.PRUNED, TrialState.FAIL) for t in trials)
     bounds = objective_range(study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD), configs)
-    out = verdict(configs, maximize, study_attrs.get(StudyAttr.MAX_SEEDS), bounds)
+    out = verdict(configs, maximize, study_attrs.get(StudyAttr.MAX_SEEDS), bounds, broken, study)
     stopped = study_attrs.get(StudyAttr.STOPPED)
     if stopped:
-        out.lines.append(f"The search {stopped} (hydra.sweeper.terminator=true).")
+        out.next_step += f" The search {stopped} (hydra.sweeper.terminator=true)."
     return out
 
 
@@ -154,141 +129,167 @@ def clipped(i: Interval, bounds: tuple[float, float] | None) -> Interval:
     )
 
 
-def blocked(configs: Sequence[Config]) -> stats.Blocked | None:
-    """The configuration + seed fit over every configuration with >= 2 seeds (analysis/stats.py
-    blocked_fit), its variance raised to its VARIANCE_BOUND upper bound as the race raises
-    it: pooled over configurations whose seeds co-move unequally (a collapsing lr's less than
-    a learning one's), the plain residual variance covered the truth's difference in 85% of
-    fixed seeds=2 replays, raised in 91% (bench/RACING.md)."""
-    fit = stats.blocked_fit({c.label: c.by_seed for c in configs})
-    if not fit.df:
-        return None
-    return stats.blocked_bound(fit)
-
-
-def difference(
-    a: Config,
-    b: Config,
-    level: float = stats.LEVEL,
-    pool: stats.Pooled | None = None,
-    paired: stats.Blocked | None = None,
-) -> Interval:
-    """a minus b with the sharpest valid interval (see analysis/stats.py): paired by seed
-    (paired: the blocked fit over the study's configurations, its variance moderated toward
-    the pair's own, stats.moderated) where their seeds connect them,
-    else unpaired: pool, the seed variance pooled over a raced study's configurations, or
-    Welch's t, for those with >= 2 seeds."""
-    if len(a.values) >= 2 and len(b.values) >= 2:
-        by_seed = paired.difference(a.label, b.label, level) if paired else None
-        if by_seed is not None:
-            shared = sorted(set(a.by_seed) & set(b.by_seed))
-            own = [a.by_seed[s] - b.by_seed[s] for s in shared]
-            return stats.moderated(by_seed, paired.variance, own, level)
-        if pool is not None:
-            out = stats.pooled_difference(a.values, b.values, pool, level)
-        else:
-            out = stats.welch_difference(a.values, b.values, level)
-        why = "too few seeds to pair" if set(a.by_seed) & set(b.by_seed) else "seeds not shared"
-        return replace(out, method=f"unpaired, {out.method}: {why}")
-    pa, pb = _per_problem(a), _per_problem(b)
-    if pa is not None and pb is not None and len(pa) == len(pb) and len(pa) >= 2:
-        return stats.paired_difference(pa, pb, level)
-    return stats.unpaired_difference(_mean(a), _stderr(a), _mean(b), _stderr(b), level)
-
-
 def verdict(
     configs: Sequence[Config],
     maximize: bool = True,
     max_seeds: int | None = None,
     bounds: tuple[float, float] | None = None,
+    broken: int = 0,
+    study: str | None = None,
 ) -> Verdict:
-    """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the
-    race's corrected level and its pooled seed variance (sweeper/sweep/racing.py), so the verdict
-    decides only what the race decided. bounds: the objective's range (objective_range)."""
+    """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the race's
+    comparison (judge/compare.py, its pooled seed variance) at a level stricter than the
+    race's per-look one (stats.decided_level), so the verdict claims only what the race could.
+    bounds: the objective's range (objective_range). broken: configurations that ended pruned
+    or failed. study: its name (the tuned file)."""
     summaries = [summarize(c, bounds) for c in configs if c.values]
     if not summaries:
-        return Verdict([], None, lines=["No completed configuration yet: no verdict."])
-    paired = blocked([s.config for s in summaries])
-    if paired is not None:  # ranked at the same seeds: a raced one's lucky seeds do not count
-        summaries = [replace(s, adjusted=paired.adjusted_mean(s.label)) for s in summaries]
+        if broken:
+            return Verdict(
+                [],
+                None,
+                decision=f"Every run broke: all {broken} configurations were pruned or failed, "
+                "so nothing is compared.",
+                next_step="Next: the table's notes say what broke each one; fix that (a lower lr, "
+                "a looser health rule: docs/health.md), then run again.",
+            )
+        return Verdict([], None, decision="No completed configuration yet: no verdict.")
+    judge = Judge([s.config for s in summaries], raced=max_seeds is not None)
+    if judge.fit is not None:  # ranked at the same seeds: a raced one's lucky seeds do not count
+        summaries = [replace(s, adjusted=judge.fit.adjusted_mean(s.label)) for s in summaries]
     sign = 1 if maximize else -1
     ranked = sorted(summaries, key=lambda s: stats.rank_value(-sign * _rank_value(s)))
     best = ranked[0]
-    lines = learned_nothing(ranked, maximize)
-    lines.append(f"Best: {_describe(best)}.")
+    detail = [f"Best: {_describe(best)}."]
     if len(best.config.values) == 1:
-        lines.append(
+        detail.append(
             "With one seed the interval covers the eval's noise only, not run-to-run noise "
             "(hydra.sweeper.seeds=auto, the default, measures that)."
         )
+    nothing = learned_nothing(ranked, maximize)
     if len(ranked) == 1:
-        lines.append("Only one configuration completed: nothing to compare it with.")
-        return Verdict(ranked, None, lines=lines)
+        out = Verdict(
+            ranked,
+            None,
+            decision=f"Only {best.label} completed: mean {_one_number(best)}; nothing to "
+            "compare it with.",
+            next_step=f"Next: {_reuse(best, study)}.",
+            detail=detail,
+        )
+        return _nothing_first(out, nothing)
     level = racing_level(max_seeds, len(ranked))
-    pool = None
-    if max_seeds is not None:  # as the race judged: sweeper/sweep/racing.py spread
-        pool = stats.variance_bound(stats.pooled_variance([s.config.values for s in ranked]))
-    runner = ranked[1]
-    # A difference with no interval (no stderr logged) is unknown, not a tie.
     gaps = {
-        s.label: _signed(difference(best.config, s.config, level, pool, paired), sign)
-        for s in ranked[1:]
+        s.label: signed(judge.difference(best.config, s.config, level), sign) for s in ranked[1:]
     }
+    runner = ranked[1]
     diff = gaps[runner.label]
+    # A difference with no interval (no stderr logged) is unknown, not a tie.
     tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
-    shown = _interval_text(diff, level)
-    if diff.excludes_zero:
-        lines.append(
-            f"{best.label} beats the runner-up {runner.label} by {diff.estimate:.3g} ({shown})."
+    for s in ranked[1:]:
+        detail.append(
+            f"{best.label} - {s.label}: {gaps[s.label].estimate:.3g}, "
+            f"{_interval_text(gaps[s.label], level)}."
         )
-    elif diff.known:
-        lines.append(
-            f"{best.label} and {runner.label} are tied at this sample size (difference "
-            f"{diff.estimate:.3g}, {shown}): "
-            f"{_more_needed(best.config, runner.config, level, max_seeds, _variance(diff, pool, paired))}."
+    # The race's decisions, as it made them: a configuration it stopped as unable to beat its
+    # leader by the difference that counts is not tied with the best, only not worth seeds.
+    cannot = [label for label in tied if _race_of(ranked, label).startswith("cannot beat")]
+    eliminated = [label for label in tied if _race_of(ranked, label).startswith("eliminated")]
+    group = [label for label in tied if label not in cannot and label not in eliminated]
+    unknown = [label for label, gap in gaps.items() if not gap.known]
+    if group or unknown:
+        names = _names([best.label, *group, *unknown])
+        mate = ranked[[s.label for s in ranked].index((group or unknown)[0])]
+        separate, command = _more_needed(
+            best.config, mate.config, level, max_seeds, judge.variance(gaps[mate.label])
         )
+        decision = (
+            f"Tied at this sample size: {names}; best {best.label} {_one_number(best)}; {separate}."
+        )
+        if not group:  # only differences without an interval
+            decision = (
+                f"Not decided: {names} (best mean {best.label} {_one_number(best)}); no interval "
+                f"for {_names(unknown)} ({gaps[unknown[0]].method})."
+            )
+        next_step = f"Next: {command}."
     else:
-        lines.append(f"{best.label} vs {runner.label}: no interval ({diff.method}).")
-    if len(tied) > 1:
-        lines.append(f"Tied with {best.label} at this sample size: {', '.join(tied)}.")
+        if not cannot and not eliminated:
+            how = (
+                f"beat every other, {runner.label} by {diff.estimate:.3g} "
+                f"({level * 100:.4g}% CI {diff.low:.3g} to {diff.high:.3g})"
+            )
+        else:
+            shown = [label for label in gaps if label not in cannot and label not in eliminated]
+            parts = [
+                f"{_names(shown)} shown worse" if shown else "",
+                f"{_names(eliminated)} stopped by the race as worse" if eliminated else "",
+                f"{_names(cannot)} cannot beat it by a difference that counts" if cannot else "",
+            ]
+            how = "is the best; " + ", ".join(p for p in parts if p)
+        params = show(best.config.params) or "defaults"
+        decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
+        next_step = f"Next: {_reuse(best, study)}."
     if max_seeds is not None:
-        lines.append(race_line([s.config for s in ranked], max_seeds))
-        stopped = [label for label in tied if "eliminated" in _race_of(ranked, label)]
-        if stopped:
-            lines.append(
-                f"{', '.join(stopped)}: eliminated by the race (at its per-look level, "
+        detail.append(race_line([s.config for s in ranked], max_seeds))
+        if eliminated:
+            detail.append(
+                f"{', '.join(eliminated)}: eliminated by the race (at its per-look level, "
                 f"{stats.look_level(max_seeds, len(ranked)):.2%}, more seeds were unlikely to "
                 f"make it the best), yet not decided worse than {best.label} at the verdict's "
                 f"{level:.2%}: it got fewer seeds because the race stopped spending on it, "
                 "not because it is shown worse."
             )
-        short = [label for label in tied if _race_of(ranked, label).startswith("cannot beat")]
-        if short:
-            lines.append(
-                f"{', '.join(short)}: stopped by the race, as even at a "
+        if cannot:
+            detail.append(
+                f"{', '.join(cannot)}: stopped by the race, as even at a "
                 f"{stats.FUTILITY_LEVEL:.0%} upper bound beating its leader by "
                 "hydra.sweeper.min_difference was out of reach; not decided worse than "
                 f"{best.label} at the verdict's {level:.2%}, only given fewer seeds."
             )
-    return Verdict(ranked, diff, tied, lines)
+    out = Verdict(ranked, diff, tied, decision, next_step, detail)
+    return _nothing_first(out, nothing)
+
+
+def _nothing_first(out: Verdict, nothing: tuple[str, str, str] | None) -> Verdict:
+    """Nothing learned (or too few seeds to tell) comes before any ranking: its decision and
+    next step replace the ranking's, which moves to the detail."""
+    if nothing is None:
+        return out
+    decision, next_step, why = nothing
+    out.detail = [why, out.decision, *out.detail]
+    out.decision, out.next_step = decision, next_step
+    return out
+
+
+def _one_number(s: Summary) -> str:
+    """A configuration's mean and 95% interval, with its seeds: the decision's one number."""
+    i, n = s.interval, len(s.config.values)
+    seeds = f"{n} seed{'s' * (n != 1)}"
+    if not i.known:
+        return f"{s.mean:.3g}, no interval, {seeds}"
+    return f"{s.mean:.3g}, 95% CI {i.low:.3g} to {i.high:.3g}, {seeds}"
+
+
+def _reuse(best: Summary, study: str | None) -> str:
+    where = f"tuned/{study}.yaml" if study else "the tuned file"
+    return f"train with {best.label}'s settings ({where}), or search around them"
+
+
+def _names(labels: Sequence[str], most: int = 4) -> str:
+    """t0, t1 and t2; past `most`, the first ones and how many more."""
+    if len(labels) > most:
+        return f"{', '.join(labels[:most])} and {len(labels) - most} more"
+    if len(labels) == 1:
+        return labels[0]
+    return f"{', '.join(labels[:-1])} and {labels[-1]}"
 
 
 def _rank_value(s: Summary) -> float:
     return s.mean if s.adjusted is None else s.adjusted
 
 
-def _variance(
-    diff: Interval, pool: stats.Pooled | None, paired: stats.Blocked | None
-) -> stats.Pooled | None:
-    """The seed variance behind a difference, for how many seeds would separate it."""
-    if paired is not None and diff.method.startswith("paired by seed"):
-        return stats.Pooled(paired.variance, paired.df, len(paired.labels))
-    return pool
-
-
 def racing_level(max_seeds: int | None, configurations: int = 2) -> float:
     """The level differences are judged at: when seeds raced, the race's corrected per-look
-    level made stricter for calling a difference decided (analysis/stats.py decided_level)."""
+    level made stricter for calling a difference decided (judge/stats.py decided_level)."""
     return stats.LEVEL if max_seeds is None else stats.decided_level(max_seeds, configurations)
 
 
@@ -298,16 +299,22 @@ def _race_of(ranked: Sequence[Summary], label: str) -> str:
 
 def _more_needed(
     a: Config, b: Config, level: float, max_seeds: int | None, pool: stats.Pooled | None = None
-) -> str:
-    """What it would take to separate two tied configurations."""
+) -> tuple[str, str]:
+    """What would separate two tied configurations, and the command that runs it."""
     if max_seeds is None or min(len(a.values), len(b.values)) < 2:
-        return "run more seeds (hydra.sweeper.seeds) or a larger eval (task.eval_size)"
+        return (
+            "more seeds would tell",
+            "more seeds (hydra.sweeper.seeds=auto races them) or a larger eval (task.eval_size)",
+        )
     need = stats.seeds_to_separate(a.values, b.values, level, pool)
     if not math.isfinite(need):
-        return "their means are equal: no number of seeds separates them"
+        return (
+            "their means are equal",
+            "take either; a larger eval (task.eval_size) or more max_steps may tell them apart",
+        )
     return (
-        f"separating them would take ~{need} seeds each (hydra.sweeper.max_seeds={need}), "
-        "or a larger eval (task.eval_size)"
+        f"~{need} seeds each would separate {b.label} from it",
+        f"hydra.sweeper.max_seeds={need}, or a larger eval (task.eval_size)",
     )
 
 
@@ -327,16 +334,17 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
     )
 
 
-def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
-    """First of all, whether anything moved off its baseline. "Learned nothing" only when no
-    configuration's interval reaches a gain over its baseline larger than the eval's standard
-    error (the baseline's noise); when none excludes its baseline but some interval reaches
-    such a gain, the seeds are too few to tell, and nothing is diagnosed."""
+def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> tuple[str, str, str] | None:
+    """First of all, whether anything moved off its baseline: (decision, next step, why) or
+    None. "Learned nothing" only when no configuration's interval reaches a gain over its
+    baseline larger than the eval's standard error (the baseline's noise); when none excludes
+    its baseline but some interval reaches such a gain, the seeds are too few to tell, and
+    nothing is diagnosed."""
     with_baseline = [s for s in ranked if is_finite_number(s.config.baseline) and s.interval.known]
     if not with_baseline or len(with_baseline) < len(ranked):
-        return []
+        return None
     if not all(_holds(s) for s in with_baseline):
-        return []  # some configuration moved off its baseline beyond its interval
+        return None  # some configuration moved off its baseline beyond its interval
     sign = 1 if maximize else -1
     top = max(with_baseline, key=lambda s: sign * (s.mean - s.config.baseline))
     gain = top.mean - top.config.baseline
@@ -344,16 +352,25 @@ def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> list[str]:
     wide = [s for s in with_baseline if reach[s.label] > (s.config.eval_stderr or 0.0)]
     if wide:
         w = max(wide, key=lambda s: reach[s.label])
-        return [
+        return (
+            f"Too few seeds to tell whether training moved anything: {w.label}'s 95% CI "
+            f"({w.interval.low:.3g} to {w.interval.high:.3g}) holds its baseline "
+            f"{w.config.baseline:.3g} and reaches {reach[w.label]:.3g} above it.",
+            "Next: more seeds (hydra.sweeper.max_seeds) would tell.",
             f"Too few seeds to tell whether training moved anything: no configuration's interval "
             f"excludes its baseline, yet {w.label}'s reaches {reach[w.label]:.3g} above it "
-            f"({_interval_text(w.interval)}); more seeds (hydra.sweeper.seeds) would tell."
-        ]
-    return [
+            f"({_interval_text(w.interval)}); more seeds (hydra.sweeper.seeds) would tell.",
+        )
+    i = top.interval
+    base = top.config.baseline
+    return (
+        f"Nothing learned: no configuration moved off its baseline; the largest change is "
+        f"{gain:+.3g} ({top.label}, 95% CI {i.low - base:+.3g} to {i.high - base:+.3g}).",
+        f"Next: {_likely_cause(ranked, short=True)}",
         f"No configuration moved off its baseline by more than the noise: the largest change is "
-        f"{gain:+.3g} ({top.label}, from {top.config.baseline:.4g}), and no interval reaches a "
-        f"gain larger than the eval's standard error. {_likely_cause(ranked)}"
-    ]
+        f"{gain:+.3g} ({top.label}, from {base:.4g}), and no interval reaches a "
+        f"gain larger than the eval's standard error. {_likely_cause(ranked)}",
+    )
 
 
 def _holds(s: Summary) -> bool:
@@ -367,9 +384,14 @@ def _reach(s: Summary, sign: int) -> float:
     return sign * (edge - s.config.baseline)
 
 
-def _likely_cause(ranked: Sequence[Summary]) -> str:
+def _likely_cause(ranked: Sequence[Summary], short: bool = False) -> str:
     lrs = [s.config.params["lr"] for s in ranked if isinstance(s.config.params.get("lr"), float)]
     where = f" (the largest tried here is {max(lrs):g})" if lrs else ""
+    if short:
+        return (
+            f"a larger lr{where} (lr=auto gives the recommendation for this model) or more "
+            "max_steps; seeds will not help until something moves."
+        )
     return (
         f"Likely cause: the updates are too small to change this model: lr{where} may be far "
         "below what it needs (lr=auto gives the recommendation for its size), or max_steps too "
@@ -401,26 +423,3 @@ def _interval_text(i: Interval, level: float = stats.LEVEL) -> str:
     if not i.known:
         return f"no interval: {i.method}"
     return f"{level * 100:.4g}% CI {i.low:.3g} to {i.high:.3g}, {i.method}"
-
-
-def _signed(i: Interval, sign: int) -> Interval:
-    """A difference turned so that better is positive (minimizing flips it)."""
-    if sign == 1:
-        return i
-    return Interval(-i.estimate, -i.high, -i.low, i.method)
-
-
-def _per_problem(c: Config) -> list[float] | None:
-    seeds = [s for s in c.seeds if is_finite_number(s.value) and s.per_problem]
-    return list(seeds[0].per_problem) if len(seeds) == 1 else None
-
-
-def _mean(c: Config) -> float:
-    return sum(c.values) / len(c.values)
-
-
-def _stderr(c: Config) -> float | None:
-    """Seed-to-seed with several seeds, else the one seed's eval stderr."""
-    if len(c.values) >= 2:
-        return mean_and_stderr(c.values)[1]
-    return next((s.stderr for s in c.seeds if is_finite_number(s.value)), None)

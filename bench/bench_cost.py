@@ -54,11 +54,11 @@ from bench_racing import Truth, paired, wilson  # bench/ is on the path: this ru
 from machine_info import machine
 from optuna.trial import TrialState
 
-from analysis import forecast as forecast_math
-from analysis import stats
 from analysis.rule_replay import at_cadence, library_run
-from analysis.stats import MIN_SEEDS, mean_and_stderr
 from analysis.verdict import sweep_verdict
+from judge import forecast as forecast_math
+from judge import stats
+from judge.stats import MIN_SEEDS, mean_and_stderr
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
 from sweeper.sweep import racing
@@ -491,7 +491,7 @@ class Sweep:
 
 
 def memoized_forecasts() -> None:
-    """analysis/forecast.py's forecast is pure (its bootstrap seeded): the same curve gives
+    """judge/forecast.py's forecast is pure (its bootstrap seeded): the same curve gives
     the same forecast, so replays share them (400 bootstrap refits per eval step otherwise
     dominate the bench). Checked: tests/test_bench_cost.py."""
     if getattr(forecast_math.forecast, "memoized", False):

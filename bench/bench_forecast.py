@@ -1,7 +1,7 @@
 """Objective pruners replayed on recorded curves (bench_health.py's JSON): trial-steps saved
 and whether the best configuration (or one tied with it) survives, for no pruning, Optuna's
 median and hyperband pruners (the real ones, fed the recorded evals through ask/tell) and the
-forecasting pruner (analysis/forecast.py, as sweeper/sweep/job.py calls it).
+forecasting pruner (judge/forecast.py, as sweeper/sweep/job.py calls it).
 
     python bench/bench_forecast.py bench/results/health_curves.json [more curves ...]
 
@@ -12,7 +12,7 @@ or `--out NAME` there (e.g. a held-out real-model replay beside the tiny model's
     python bench/bench_forecast.py --calibrate bench/results/health_curves.json
     python bench/bench_forecast.py --coverage bench/results/health_curves*.json
 
---calibrate prints analysis/forecast.py's MODEL_ERROR from the calibration curves: at each
+--calibrate prints judge/forecast.py's MODEL_ERROR from the calibration curves: at each
 level the conformal quantile (rank ceil((n + 1) L)) of (final - bound) / horizon over every
 forecast of a run that did not collapse (a collapsed run is covered trivially). --coverage
 writes bench/results/forecast_coverage.json: per file, level and variant, how many of those
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import optuna
 
-from analysis import forecast
+from judge import forecast
 
 EVAL = "eval/reward/mean"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -44,11 +44,12 @@ from pathlib import Path
 import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
-from analysis import stats
-from analysis.stats import MIN_SEEDS, mean_and_stderr, z_quantile
-from analysis.verdict import Config, Seed, verdict
+from analysis.verdict import verdict
+from judge import stats
+from judge.configs import Config, Seed, config
+from judge.stats import MIN_SEEDS, mean_and_stderr, z_quantile
 from records.sweep import replicates
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, decide, minimal_difference
+from sweeper.sweep.racing import HOLD, SEED, STOP, decide, minimal_difference
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MAX_SEEDS = 5
@@ -71,8 +72,8 @@ def recorded_draws(storage: str, study: str) -> dict[str, list[Draw]]:
     return out
 
 
-def entry(c: str, drawn: list[Drawn], paired: bool) -> Entry:
-    return Entry(c, tuple(v for _, v, _ in drawn), tuple(s for s, _, _ in drawn) if paired else ())
+def entry(c: str, drawn: list[Drawn], paired: bool) -> Config:
+    return config(c, [v for _, v, _ in drawn], [s for s, _, _ in drawn] if paired else ())
 
 
 def race(draws: dict[str, list[Drawn]], max_seeds: int, min_difference: float | None, paired: bool):

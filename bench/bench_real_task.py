@@ -81,7 +81,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from real_model import smollm2_dir
 
-    from analysis.stats import mean_and_stderr
+    from judge.stats import mean_and_stderr
     from records import metrics
 
     # Each gain's name -> the eval metric it is the final - baseline of.

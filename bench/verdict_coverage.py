@@ -1,7 +1,7 @@
 """How often the verdict's 95% interval for a difference covers the truth's difference, replayed
 on the recorded-curve library (bench/record_curves.py) as the sweeper runs a grid: every
 configuration gets the same seeds (`seeds_of`: one draw shared by all), the verdict fits them
-with analysis/verdict.py's own `blocked` and `difference` (paired by seed where it can).
+with the judge's own comparison (judge/compare.py, paired by seed where it can).
 
     python bench/verdict_coverage.py [--seeds 2 3] [--replays 300] [--part heldout]
         [--library FOLDER_OR_FILES ...] [--prior-df N] [--out NAME]
@@ -27,9 +27,10 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from analysis import stats
 from analysis.rule_replay import load_library, wilson
-from analysis.verdict import Config, Seed, blocked, difference
+from judge import stats
+from judge.compare import Judge
+from judge.configs import Config, Seed
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -74,10 +75,10 @@ def replay(
     drawn = rng.sample(common, n)
     rest = [s for s in common if s not in drawn]  # the truth: seeds the replay never saw
     configs = [Config(lr, {"lr": lr}, tuple(Seed(s, *pool[lr][s]) for s in drawn)) for lr in pool]
-    fit = blocked(configs)
+    judge = Judge(configs, raced=False)
     out: Counter = Counter()
     for a, b in itertools.combinations(configs, 2):
-        interval = difference(a, b, paired=fit)
+        interval = judge.difference(a, b)
         diffs = [pool[a.label][s][0] - pool[b.label][s][0] for s in rest]
         truth = statistics.fmean(diffs)
         truth_se = statistics.stdev(diffs) / math.sqrt(len(diffs))
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prior-df", type=float, default=stats.PRIOR_DF, help="the moderation's (to choose it)"
     )
     args = p.parse_args(argv)
-    stats.PRIOR_DF = args.prior_df  # analysis.stats.moderated reads it at each call
+    stats.PRIOR_DF = args.prior_df  # judge.stats.moderated reads it at each call
     rng = random.Random(0)
     out = {}
     for name, pool in sorted(pools(args.part, args.library).items()):

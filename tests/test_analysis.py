@@ -31,9 +31,10 @@ from analysis.plots import (
     stderr_band,
 )
 from analysis.text import breach_text
+from judge.forecast import FORECAST
 from records.metrics import EVAL_REWARD, KL_PRE_POST_V2, stderr_of
 from records.sweep import Role, StudyAttr, Tag, TrialAttr, replicates
-from trainer.run.health import FORECAST, Breach, default_rules
+from trainer.run.health import Breach, default_rules
 
 KL = "kl_sample_train_v2"
 RULE = {"name": "sampler_kl", "metric": KL, "check": "above", "bound": 0.01, "patience": 1}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import forecast
+from judge import forecast
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import TrialAttr
 

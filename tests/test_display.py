@@ -10,6 +10,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 from analysis.text import trial_note
 from records.sweep import Replicate, State, TrialAttr, replicate_key
 from sweeper.results.display import (
+    OnceASweep,
     OverLiveLine,
     TrialLine,
     cost_line,
@@ -89,6 +90,27 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first():
     record = logging.LogRecord("trainer", logging.WARNING, "", 0, "t0 warning: %s", ("x",), None)
     inner = logging.Formatter("[%(levelname)s] - %(message)s")
     assert OverLiveLine(inner).format(record) == "\r\x1b[K[WARNING] - t0 warning: x"
+
+
+def test_a_warning_every_trial_gives_is_said_once_a_sweep():
+    # backend=trl warns at every trial's start that a rule's metric is missing: once is enough
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(OnceASweep())
+    log = logging.getLogger("test_display.once")
+    log.addHandler(handler)
+    try:
+        for trial in range(3):
+            log.warning("these health rules never fire: sampler_kl")
+            log.warning("t%d: its own warning", trial)
+    finally:
+        log.removeHandler(handler)
+    assert stream.getvalue().splitlines() == [
+        "these health rules never fire: sampler_kl",
+        "t0: its own warning",
+        "t1: its own warning",
+        "t2: its own warning",
+    ]
 
 
 def _spent(steps_by_seed: dict[int, int], params: dict | None = None) -> FrozenTrial:

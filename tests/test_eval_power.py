@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ONE_SEED, run_sweep, sweep_env
 
-from analysis.stats import detectable_difference, problems_to_detect
+from judge.stats import detectable_difference, problems_to_detect
 from sweeper.plan.eval_power import LOOKED_FOR, WIDEST_SD
 
 EVAL_TOO_SMALL = (

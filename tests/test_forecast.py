@@ -13,10 +13,11 @@ import pytest
 from conftest import mlflow_uri, run_sweep, study_in, study_uri
 from mlflow.tracking import MlflowClient
 
-from analysis import forecast as fc
 from analysis.load import load_study
 from analysis.plot_style import FORECAST_GID
 from analysis.plots import reward_curves
+from judge import forecast as fc
+from judge.forecast import FORECAST, is_unsafe
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import (
     FORECAST_HIGH,
@@ -30,7 +31,7 @@ from records.sweep import (
 from sweeper.plan.breaches import breached
 from sweeper.sweep.forecaster import Forecaster, seed_curve
 from sweeper.sweep.job import TrialPruned, TrialReporter
-from trainer.run.health import FORECAST, HealthMonitor, default_rules, is_unsafe
+from trainer.run.health import HealthMonitor, default_rules
 
 
 def test_flat_is_the_weighted_mean_of_the_last_half():
@@ -309,8 +310,9 @@ def test_the_seed_variance_the_forecast_allows_for_is_the_races():
     """Two configurations with two completed seeds each (0.40, 0.44 and 0.30, 0.34: pooled
     variance 0.0008 on 2 df): the forecast reads the race's spread (raised to its upper bound);
     a study where no configuration has two seeds has none."""
+    from judge.compare import Judge
+    from judge.configs import config_of
     from records.sweep import Replicate, replicate_key
-    from sweeper.sweep import racing
     from sweeper.sweep.forecaster import seed_variance
 
     study = optuna.create_study(direction="maximize")
@@ -321,8 +323,8 @@ def test_the_seed_variance_the_forecast_allows_for_is_the_races():
             done = Replicate(seed, "COMPLETE", value, 0.02, 50, 0.3, "", f"run{seed}")
             trial.set_user_attr(replicate_key(seed), done.as_attr())
         study.tell(trial, sum(values) / len(values))
-    entries = [racing.entry_of(t) for t in study.trials]
-    assert racing.spread(entries).variance == seed_variance(study) > 0.0008
+    configs = [config_of(t) for t in study.trials]
+    assert Judge(configs).pool.variance == seed_variance(study) > 0.0008
     one_seed = optuna.create_study(direction="maximize")
     trial = one_seed.ask()
     trial.set_user_attr(

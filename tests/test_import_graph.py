@@ -1,6 +1,6 @@
 """The project's import graph, read from the source with `ast`: no cycle, the packages in
 their layers (records, what runs and sweeps record and the stores that keep it, at the bottom;
-the trainer on it, analysis above, the sweeper on top, Hydra's plugin over all), the trainer's
+the trainer on it, the judge (how a sweep decides) above, analysis above it, the sweeper on top, Hydra's plugin over all), the trainer's
 sub-packages in theirs (TRAINER_LAYERS, bottom first), the algorithm (trainer/rl/) reading of
 trainer/model only the policy's contract (POLICY_CONTRACT), and the sweeper's stages in theirs
 (SWEEPER_STAGES).
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The packages bottom first: each may import its own modules and those of the packages before
 # it here, never one after (hydra_plugins is the plugin Hydra finds, which hands over to the
 # sweeper).
-PACKAGES = ("records", "trainer", "analysis", "sweeper", "hydra_plugins")
+PACKAGES = ("records", "trainer", "judge", "analysis", "sweeper", "hydra_plugins")
 FORBIDDEN = {package: set(PACKAGES[i + 1 :]) for i, package in enumerate(PACKAGES)}
 # Hydra imports the sweeper's settings schema whenever it scans its plugins: it stays light.
 SETTINGS_SCHEMA = "sweeper.plan.settings_schema"
@@ -279,13 +279,27 @@ def test_the_algorithm_imports_only_the_policys_contract():
     assert not machinery, "\n".join(machinery)
 
 
+def test_the_judge_reads_records_only():
+    """The judge decides on plain numbers and recorded trials: no trainer, no torch path."""
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if module.split(".")[0] == "judge"
+        for target in targets
+        if target.split(".")[0] not in ("judge", "records")
+    )
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_settings_schema_hydra_scans_imports_only_names():
     inside = {t for t in import_graph()[SETTINGS_SCHEMA] if t.split(".")[0] in PACKAGES}
     assert inside <= {"records.metrics", "records.defaults"}, inside
 
 
 def test_the_package_order_forbids_every_import_upward():
-    assert FORBIDDEN["records"] == {"trainer", "analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["records"] == {"trainer", "judge", "analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["trainer"] == {"judge", "analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["judge"] == {"analysis", "sweeper", "hydra_plugins"}
     assert FORBIDDEN["analysis"] == {"sweeper", "hydra_plugins"}
     assert FORBIDDEN["hydra_plugins"] == set()
 

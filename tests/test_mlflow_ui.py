@@ -131,7 +131,7 @@ def test_the_sweep_ends_with_the_link_to_its_view(swept) -> None:
         f"?workflowType=machine_learning&viewStateShareKey=sweep-{study}"
     )
     assert f"(serve them first: mlflow ui --backend-store-uri {mlflow_uri(cwd)})" in out
-    assert out.index("Best: t") < out.index("MLflow runs: ")  # after the verdict
+    assert out.index("Next: ") < out.index("MLflow runs: ")  # after the verdict
     saved = json.loads(experiment.tags[f"{VIEW_TAG_PREFIX}sweep-{study}"])
     assert saved["name"] == f"sweep {study}"
     state = json.loads(saved["state"])

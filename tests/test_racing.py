@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import stats
-from analysis.stats import look_level, seeds_to_separate
 from analysis.verdict import Config, Seed, verdict
+from judge import stats
+from judge.configs import config
+from judge.stats import look_level, seeds_to_separate
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep.flights import InFlight, Phase, seeds_of
-from sweeper.sweep.racing import HOLD, SEED, STOP, Entry, Step, decide, minimal_difference
+from sweeper.sweep.racing import HOLD, SEED, STOP, Step, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 
@@ -65,14 +66,14 @@ def test_a_raced_verdict_decides_at_a_level_four_times_stricter_than_a_look():
 def test_two_close_draws_are_not_trusted_when_the_pool_says_seeds_spread_more():
     # Alone: pooled variance 0.00005 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: 0.0000979;
     # 0.08 +- t(2, 98.75%) 8.860 x 0.00989 = +- 0.0877: not eliminated, one more seed
-    me, leader = Entry("t1", (0.20, 0.21)), Entry("t0", (0.28, 0.29))
+    me, leader = config("t1", (0.20, 0.21)), config("t0", (0.28, 0.29))
     step = decide(me, [leader], 5, True, False)
     assert step.why == "2 seeds; not yet separated from t0"
     # A third configuration spreads 0.10: pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on
     # df 3, raised by 1.6050: 0.00273. The observed 0.08 would need ~9 seeds each, but the
     # optimistic difference, 0.08 + t(3, one-sided 95%) 2.353 x 0.0522 = 0.203, would
     # separate within max_seeds: two seeds' gap is not trusted to call the race futile
-    step = decide(me, [leader, Entry("t2", (0.10, 0.20))], 5, True, False)
+    step = decide(me, [leader, config("t2", (0.10, 0.20))], 5, True, False)
     assert step.why == "2 seeds; not yet separated from t0"
     # A grid of 5 (3 still queued) judges the first looks as strictly as its verdict
     assert decide(me, [leader], 5, True, False, configurations=5).action == SEED
@@ -121,13 +122,13 @@ def test_a_negative_min_difference_is_refused_in_one_line():
 
 
 def test_fewer_than_two_seeds_is_never_a_verdict():
-    step = decide(Entry("t1", (0.1,)), [Entry("t0", (0.9, 0.9))], 5, True, False)
+    step = decide(config("t1", (0.1,)), [config("t0", (0.9, 0.9))], 5, True, False)
     assert step.action == SEED
 
 
 def test_clearly_worse_than_the_leader_is_eliminated():
     # Welch at 98.75%: 0.205, CI 0.025 to 0.385 excludes 0
-    step = decide(Entry("t1", (0.30, 0.31)), [Entry("t0", (0.50, 0.52))], 5, True, False)
+    step = decide(config("t1", (0.30, 0.31)), [config("t0", (0.50, 0.52))], 5, True, False)
     assert step.action == STOP and step.why.startswith("eliminated after 2 seeds: t0 is better")
 
 
@@ -135,13 +136,15 @@ def test_the_race_pairs_by_seed_where_the_configurations_share_seeds():
     # Seeds 0 and 1 each: configuration + seed residuals (1/300)(1, -1) for t1 and
     # (1/600)(-1, 1) for t0 and t2: SS 3.333e-5 on df (3-1)(2-1) = 2, 1.6667e-5, raised by
     # 2 / chi2(0.40, 2) = 1.9576: 3.2627e-5; se(t0 - t1) = sqrt(2 x 3.2627e-5 / 2) = 0.005712;
-    # at 1 - 0.05/8 (max_seeds=5, 3 configurations) t(2, 0.996875) = 12.590: 0.085 +- 0.0719
-    me = Entry("t1", (0.20, 0.30), (0, 1))
-    others = [Entry("t0", (0.28, 0.39), (0, 1)), Entry("t2", (0.10, 0.21), (0, 1))]
+    # moderated toward the pair's own (per-seed differences 0.08, 0.09: variance 2.5e-5 once
+    # halved) with PRIOR_DF 2: (2 x 3.2627e-5 + 2.5e-5) / 3 = 3.0085e-5, se 0.005485 on df 3;
+    # at 1 - 0.05/8 (max_seeds=5, 3 configurations) t(3, 0.996875): 0.085 +- 0.0378
+    me = config("t1", (0.20, 0.30), (0, 1))
+    others = [config("t0", (0.28, 0.39), (0, 1)), config("t2", (0.10, 0.21), (0, 1))]
     step = decide(me, others, 5, True, False)
-    assert step.why == "eliminated after 2 seeds: t0 is better by 0.085 (CI 0.0131 to 0.157)"
+    assert step.why == "eliminated after 2 seeds: t0 is better by 0.085 (CI 0.0472 to 0.123)"
     # the same values, seeds unknown: unpaired, the shared seed effect stays in the noise
-    unpaired = [Entry(e.label, e.values) for e in (me, *others)]
+    unpaired = [config(e.label, e.values) for e in (me, *others)]
     assert decide(unpaired[0], unpaired[1:], 5, True, False).action == SEED
 
 
@@ -149,7 +152,7 @@ def test_one_that_cannot_beat_the_leader_by_the_difference_that_counts_stops():
     # pooled 0.0008 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: sd 0.03957, the se of the
     # difference at 2 seeds each; not eliminated (t(2, 0.99375) 8.860 x 0.03957 = 0.351 > 0.10).
     # The most t1 can be better by: -0.10 + t(2, one-sided 95%) 2.9200 x 0.039574 = 0.01556
-    me, leader = Entry("t1", (0.30, 0.34)), Entry("t0", (0.40, 0.44))
+    me, leader = config("t1", (0.30, 0.34)), config("t0", (0.40, 0.44))
     assert decide(me, [leader], 5, True, False, min_difference=0.015).action == SEED
     assert decide(me, [leader], 5, True, False, min_difference=0).action == SEED
     step = decide(me, [leader], 5, True, False, min_difference=0.02)
@@ -158,15 +161,15 @@ def test_one_that_cannot_beat_the_leader_by_the_difference_that_counts_stops():
         "min_difference=0.02"
     )
     # minimizing, the same values mirrored
-    worse, best = Entry("t1", (0.70, 0.66)), Entry("t0", (0.60, 0.56))
+    worse, best = config("t1", (0.70, 0.66)), config("t0", (0.60, 0.56))
     assert decide(worse, [best], 5, False, False, min_difference=0.02).why == step.why
 
 
 def test_in_a_grid_one_that_cannot_beat_a_leader_still_racing_waits_for_its_last_mean():
     # the numbers of the test above: t1 can be better by at most 0.0156 < 0.02. While t0 races
     # (open), t1 holds, to be judged again on t0's last mean; once t0 is told, it stops
-    me = Entry("t1", (0.30, 0.34))
-    racing_leader, told_leader = Entry("t0", (0.40, 0.44), open=True), Entry("t0", (0.40, 0.44))
+    me = config("t1", (0.30, 0.34))
+    racing_leader, told_leader = config("t0", (0.40, 0.44), open=True), config("t0", (0.40, 0.44))
     stop = "cannot beat t0 after 2 seeds: by at most 0.0156 (95% upper bound), below "
     stop += "min_difference=0.02"
     step = decide(me, [racing_leader], 5, True, False, min_difference=0.02, wait_for_leader=True)
@@ -179,7 +182,7 @@ def test_in_a_grid_one_that_cannot_beat_a_leader_still_racing_waits_for_its_last
 
 def test_one_tied_for_good_with_a_leader_still_racing_waits_too():
     # the tie test's numbers below (~5 seeds each needed, max_seeds=4)
-    me, leader = Entry("t1", (0.39, 0.43, 0.41)), Entry("t0", (0.40, 0.44, 0.42), open=True)
+    me, leader = config("t1", (0.39, 0.43, 0.41)), config("t0", (0.40, 0.44, 0.42), open=True)
     step = decide(me, [leader], 4, True, False, wait_for_leader=True)
     assert step.action == HOLD and step.why.endswith("; waits for t0 to end its race")
     assert step.why.startswith("tied with t0 after 3 seeds: even a difference of 0.052")
@@ -190,8 +193,8 @@ def test_configurations_tied_to_the_last_digit_agree_on_which_one_leads():
     # rounded up for whichever it was handed first, so each saw itself as the leader (and,
     # holding for the leader, a replay with a third one waited forever). Ranked past the
     # fit's float noise (stats.rank_value), the tie goes to the first by label, on any CPU.
-    t2 = Entry("t2", (0.315, 0.325, 0.35), (0, 1, 2), open=True)
-    t5 = Entry("t5", (0.3125, 0.3225, 0.355), (0, 1, 2), open=True)
+    t2 = config("t2", (0.315, 0.325, 0.35), (0, 1, 2), open=True)
+    t5 = config("t5", (0.3125, 0.3225, 0.355), (0, 1, 2), open=True)
     as_t2 = decide(t2, [t5], 5, True, False, 10, 0.0234, wait_for_leader=True)
     as_t5 = decide(t5, [t2], 5, True, False, 10, 0.0234, wait_for_leader=True)
     assert as_t5.why.startswith("cannot beat t2") and as_t5.action == HOLD
@@ -199,7 +202,7 @@ def test_configurations_tied_to_the_last_digit_agree_on_which_one_leads():
 
 
 def test_a_contender_that_more_seeds_could_separate_gets_one_more():
-    step = decide(Entry("t1", (0.30, 0.34)), [Entry("t0", (0.40, 0.44))], 5, True, False)
+    step = decide(config("t1", (0.30, 0.34)), [config("t0", (0.40, 0.44))], 5, True, False)
     assert step.action == SEED and "not yet separated from t0" in step.why
 
 
@@ -209,7 +212,7 @@ def test_a_tie_even_the_optimistic_difference_would_not_break_stops_and_says_why
     # = 0.0520. Level 1 - 0.05/3 (max_seeds=4): at 4 seeds (df 6) 3.287 x 0.02411 x 0.7071 =
     # 0.0560 > 0.0520, at 5 (df 8) 3.016 x 0.02411 x 0.6325 = 0.0460 < 0.0520: ~5 > 4
     step = decide(
-        Entry("t1", (0.39, 0.43, 0.41)), [Entry("t0", (0.40, 0.44, 0.42))], 4, True, False
+        config("t1", (0.39, 0.43, 0.41)), [config("t0", (0.40, 0.44, 0.42))], 4, True, False
     )
     assert step.action == STOP
     assert step.why == (
@@ -222,7 +225,7 @@ def test_two_seeds_keep_racing_unless_even_the_optimistic_difference_is_below_th
     # pooled 0.0008 on df 2, raised by 2 / chi2(0.40, 2) = 1.9576: sd 0.03957; optimistic
     # 0.02 + t(2, one-sided 95%) 2.920 x 0.03957 = 0.1356, separable at 4 seeds (df 6):
     # t(6, 0.99375) 3.521 x 0.03957 x 0.7071 = 0.0985 < 0.1356
-    me, leader = Entry("t1", (0.38, 0.42)), Entry("t0", (0.40, 0.44))
+    me, leader = config("t1", (0.38, 0.42)), config("t0", (0.40, 0.44))
     assert decide(me, [leader], 5, True, False).action == SEED
     step = decide(leader, [me], 5, True, False, min_difference=0.2)
     assert step.action == STOP
@@ -237,37 +240,37 @@ def test_two_seeds_keep_racing_unless_even_the_optimistic_difference_is_below_th
 
 
 def test_at_the_cap_it_stops_and_names_whom_it_is_tied_with():
-    step = decide(Entry("t1", (0.30, 0.34, 0.36)), [Entry("t0", (0.40, 0.44))], 3, True, False)
+    step = decide(config("t1", (0.30, 0.34, 0.36)), [config("t0", (0.40, 0.44))], 3, True, False)
     assert step.action == STOP and step.why == "reached max_seeds=3, tied with t0"
 
 
 def test_the_leader_races_while_a_rival_is_close_and_holds_for_configurations_to_come():
-    rival = Entry("t1", (0.30, 0.34))
-    assert decide(Entry("t0", (0.40, 0.44)), [rival], 5, True, False).action == SEED
-    far = Entry("t1", (0.10, 0.11))
-    assert decide(Entry("t0", (0.40, 0.41)), [far], 5, True, True).action == HOLD
-    step = decide(Entry("t0", (0.40, 0.41)), [far], 5, True, False)
+    rival = config("t1", (0.30, 0.34))
+    assert decide(config("t0", (0.40, 0.44)), [rival], 5, True, False).action == SEED
+    far = config("t1", (0.10, 0.11))
+    assert decide(config("t0", (0.40, 0.41)), [far], 5, True, True).action == HOLD
+    step = decide(config("t0", (0.40, 0.41)), [far], 5, True, False)
     assert step.action == STOP and step.why == "separated from every other after 2 seeds"
 
 
 def test_a_leader_tied_with_a_better_seeded_rival_gets_seeds_until_it_has_as_many():
     # t0 leads on 2 seeds (mean 0.42) a rival tied with it on 3 (0.41): a lucky pair of seeds
     # would otherwise be the pick (bench/COST.md: 3x the regret where the pick had fewer seeds)
-    rival = Entry("t1", (0.39, 0.43, 0.41))
-    step = decide(Entry("t0", (0.40, 0.44)), [rival], 4, True, False)
+    rival = config("t1", (0.39, 0.43, 0.41))
+    step = decide(config("t0", (0.40, 0.44)), [rival], 4, True, False)
     assert step.action == SEED
     assert step.why == "2 seeds; leads t1, not separated, on fewer seeds than its 3"
     # on as many seeds, the same tie stops it (see the tie test above) ...
-    assert decide(Entry("t0", (0.40, 0.44, 0.42)), [rival], 4, True, False).action == STOP
+    assert decide(config("t0", (0.40, 0.44, 0.42)), [rival], 4, True, False).action == STOP
     # ... unless configurations are still to come, which may make it race on: it holds
-    step = decide(Entry("t0", (0.40, 0.44, 0.42)), [rival], 4, True, True)
+    step = decide(config("t0", (0.40, 0.44, 0.42)), [rival], 4, True, True)
     assert (
         step.action == HOLD and step.why == "3 seeds; leads the configurations known so far, tied"
     )
 
 
 def test_minimizing_eliminates_the_larger():
-    step = decide(Entry("t1", (0.50, 0.52)), [Entry("t0", (0.30, 0.31))], 5, False, False)
+    step = decide(config("t1", (0.50, 0.52)), [config("t0", (0.30, 0.31))], 5, False, False)
     assert step.action == STOP and "eliminated" in step.why
 
 
@@ -286,15 +289,14 @@ def test_a_raced_verdict_judges_at_the_race_level_and_says_runs_and_why():
         _config("t1", (0.30, 0.31, 0.29), "eliminated after 3 seeds: t0 is better by 0.2"),
     ]
     v = verdict(configs, True, max_seeds=3)
-    assert "t0 beats the runner-up t1" in v.text and "99.38% CI" in v.text
+    assert v.decision.startswith("t0 (lr=0.001) beat every other, t1 by 0.2 (99.38% CI")
     assert v.lines[-1] == (
         "Seeds raced (seeds=auto, max_seeds=3, each look at 97.50%): 6 training runs, where "
         "max_seeds for every configuration would take 6. t0 3 (reached max_seeds=3); "
         "t1 3 (eliminated after 3 seeds)."
     )
     tied = verdict([_config("t0", (0.40, 0.44)), _config("t1", (0.38, 0.42))], True, 5)
-    assert "are tied at this sample size" in tied.text
-    assert "are tied at this sample size" in tied.text
+    assert tied.decision.startswith("Tied at this sample size")
     # a configuration the race eliminated that the verdict's stricter level cannot call worse
     close = verdict(
         [
@@ -329,13 +331,13 @@ def test_a_sweep_that_learned_nothing_says_so_first():
         _config("t1", (0.405, 0.41, 0.40), baseline=0.398, stderr=0.035),
     ]
     v = verdict(configs, True)
-    assert v.lines[0].startswith(
-        "No configuration moved off its baseline by more than the noise: the largest change is "
-        "+0.007 (t1, from 0.398)"
+    assert v.decision.startswith(
+        "Nothing learned: no configuration moved off its baseline; the largest change is "
+        "+0.007 (t1, 95% CI"
     )
-    assert "lr (the largest tried here is 0.001) may be far below" in v.lines[0]
+    assert "lr (the largest tried here is 0.001) may be far below" in v.text
     moved = [_config("t0", (0.50, 0.51, 0.49), baseline=0.398)]
-    assert not verdict(moved, True).lines[0].startswith("No configuration moved")
+    assert not verdict(moved, True).decision.startswith("Nothing learned")
 
 
 def test_a_configuration_looks_once_every_seed_it_will_start_has_ended():

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from analysis import stats
 from analysis.verdict import Config, Seed, interval_cells, objective_range, summarize, verdict
+from judge import stats
 
 
 def test_t_interval_over_three_seeds():
@@ -60,8 +60,8 @@ def test_a_clear_win_is_called_with_its_paired_interval():
     bad = one_seed("t0", [1.0] * 10 + [0.0] * 30, lr=1e-2)
     v = verdict([bad, good])
     assert v.best.label == "t1" and v.runner_up_difference.excludes_zero
-    assert v.lines[0].startswith("Best: t1 (lr=0.002) 0.75, 95% CI")
-    assert "t1 beats the runner-up t0 by 0.5" in v.text and "paired over 40 problems" in v.text
+    assert v.decision.startswith("t1 (lr=0.002) beat every other, t0 by 0.5 (95% CI")
+    assert "Best: t1 (lr=0.002) 0.75, 95% CI" in v.text and "paired over 40 problems" in v.text
     assert "eval's noise only" in v.text
 
 
@@ -75,8 +75,8 @@ def test_configurations_that_differ_by_noise_are_a_tie():
     a, b = one_seed("t0", rewards), one_seed("t1", flipped)
     v = verdict([a, b])
     assert not v.runner_up_difference.excludes_zero
-    assert "t1 and t0 are tied at this sample size" in v.text
-    assert "run more seeds (hydra.sweeper.seeds)" in v.text
+    assert v.decision.startswith("Tied at this sample size: t1 and t0")
+    assert "more seeds would tell" in v.decision
 
 
 def test_seeds_give_a_t_interval_and_a_pruned_seed_is_left_out():
@@ -161,7 +161,7 @@ def test_a_verdict_paired_by_seed_where_seeds_are_shared():
         "paired by seed (seed as block over 2 configurations, df 2, variance at its 60% upper "
         "bound), moderated by the pair's own 3 seeds (df 4)"
     )
-    assert "t0 beats the runner-up t1 by 0.0567" in v.text
+    assert v.decision.startswith("t0 (defaults) beat every other, t1 by 0.0567")
     per_seed = stats.per_seed_difference(a.by_seed, b.by_seed)  # the same, not raised
     assert (per_seed.low, per_seed.high) == pytest.approx((0.027983, 0.085351), abs=1e-5)
 
@@ -175,7 +175,7 @@ def test_an_unpaired_verdict_where_seeds_are_not_shared():
     d = v.runner_up_difference
     assert (d.low, d.high) == pytest.approx((-0.170768, 0.284101), abs=1e-4)
     assert d.method == "unpaired, Welch t over seeds: seeds not shared"
-    assert "t0 and t1 are tied at this sample size" in v.text
+    assert v.decision.startswith("Tied at this sample size: t0 and t1")
 
 
 def test_blocked_fit_over_three_configurations():
@@ -231,10 +231,8 @@ def test_a_wide_interval_is_too_few_seeds_not_a_diagnosis():
     v = verdict(
         [_seeds("t0", [0.02, 0.10], stderr=0.02, baseline=0.06, lr=3e-3)], True, None, (0, 1)
     )
-    assert v.lines[0].startswith(
-        "Too few seeds to tell whether training moved anything: no configuration's interval "
-        "excludes its baseline, yet t0's reaches 0.508 above it"
-    )
+    assert v.decision.startswith("Too few seeds to tell whether training moved anything: t0's")
+    assert "excludes its baseline, yet t0's reaches 0.508 above it" in v.text
     assert "may be far below" not in v.text and "Seeds will not help" not in v.text
 
 
@@ -243,11 +241,11 @@ def test_learned_nothing_only_when_no_interval_reaches_a_gain_over_the_eval_stde
     # 0.006968 above its 0.2 baseline, under the eval's stderr 0.02: nothing learned
     flat = _seeds("t0", [0.200, 0.202, 0.204], stderr=0.02, baseline=0.2, lr=1e-3)
     v = verdict([flat])
-    assert v.lines[0].startswith("No configuration moved off its baseline by more than the noise")
-    assert "lr (the largest tried here is 0.001) may be far below" in v.lines[0]
+    assert v.decision.startswith("Nothing learned: no configuration moved off its baseline")
+    assert "lr (the largest tried here is 0.001) may be far below" in v.text
     # the same runs with an eval stderr of 0.005: 0.006968 could be a gain it sees
     sharp = _seeds("t0", [0.200, 0.202, 0.204], stderr=0.005, baseline=0.2, lr=1e-3)
-    assert verdict([sharp]).lines[0].startswith("Too few seeds to tell")
+    assert verdict([sharp]).decision.startswith("Too few seeds to tell")
 
 
 def _study(tmp_path, values: dict[float, list[float]]):
@@ -296,3 +294,20 @@ def test_mean_and_stderr_use_the_sample_sd():
     mean, stderr = stats.mean_and_stderr([1.0, 0.0, 0.0, 1.0])
     assert mean == 0.5 and stderr == pytest.approx((1 / 12) ** 0.5)
     assert stats.mean_and_stderr([1.0]) == (1.0, 0.0)  # one value: no spread to measure
+
+
+def test_the_first_line_says_every_run_broke_when_no_configuration_completed():
+    v = verdict([], True, 5, None, broken=4)
+    assert v.decision.startswith("Every run broke: all 4 configurations were pruned or failed")
+    assert v.next_step.startswith("Next: ")
+
+
+def test_the_first_line_of_a_tie_says_tied_and_what_would_separate_them():
+    configs = [
+        Config("t0", {"lr": 1e-3}, tuple(Seed(s, v, None) for s, v in enumerate((0.30, 0.34)))),
+        Config("t1", {"lr": 2e-3}, tuple(Seed(s, v, None) for s, v in enumerate((0.31, 0.33)))),
+    ]
+    v = verdict(configs, True, 5)
+    assert v.decision.startswith("Tied at this sample size: ")
+    assert "seeds each would separate" in v.decision or "means are equal" in v.decision
+    assert v.next_step.startswith("Next: ") and len(v.decision) <= 120

@@ -57,7 +57,8 @@ def test_a_setting_that_does_nothing_is_called_a_tie(tmp_path):
     # the same way, so the verdict must not pick a winner
     done = run_sweep(tmp_path, "kl_discount_factor=0.0,0.5", "hydra.sweeper.health=[]", *SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "are tied at this sample size" in done.stdout
-    assert "beats the runner-up" not in done.stdout
+    # no winner: tied, or (on an eval that cannot see the change) too few seeds to tell
+    assert "Tied at this sample size" in done.stdout or "Too few seeds to tell" in done.stdout
+    assert "beat every other" not in done.stdout
     tuned = next((tmp_path / "tuned").glob("*.yaml")).read_text()
-    assert "are tied at this sample size" in tuned  # the tuned file records how sure we are
+    assert "Tied at this sample size" in tuned  # the tuned file records how sure we are

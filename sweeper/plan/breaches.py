@@ -24,8 +24,8 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.forecast import is_unsafe
 from records.sweep import TrialAttr
-from trainer.run.health import is_unsafe
 
 MAX_DRAWS = 20  # then the last draw stands: a region all breaches must not stall the study
 

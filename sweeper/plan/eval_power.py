@@ -1,7 +1,7 @@
 """What a sweep cannot learn, said before its first trial and at its first baseline eval.
 
 An eval of n problems tells two configurations apart only when their means differ by at
-least analysis.stats.detectable_difference (its noise alone, at the verdict's 95%): a 4-problem
+least judge.stats.detectable_difference (its noise alone, at the verdict's 95%): a 4-problem
 eval needs 0.69 of a 0-1 reward, so every configuration of such a sweep comes out tied, and
 "more seeds" cannot help, as every seed scores the same few problems. Before the first trial
 the reward's spread is not known: the widest a reward in [0, 1] can have stands in for it.
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig
 
-from analysis.stats import detectable_difference, problems_to_detect
+from judge.stats import detectable_difference, problems_to_detect
 from records.metrics import EVAL_TRUNCATED
 from sweeper.plan.preflight import compose, trial_config
 from sweeper.plan.space import SearchSpace

@@ -19,8 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sweeper import SweepError
 from sweeper.plan.space import SearchSpace, Value
-from trainer.backends import validate
-from trainer.backends.trl.recipe import with_recipe
+from trainer.backends import configured, validate
 from trainer.base.errors import ConfigError
 from trainer.env.reward_check import check_task_rewards
 
@@ -71,7 +70,7 @@ def _error_at(
 def trial_config(cfg: DictConfig) -> DictConfig:
     """What the trial trains with (a `trl grpo` recipe's values filled in: they need the
     overrides, in the hydra node), the hydra node dropped."""
-    cfg = with_recipe(cfg)
+    cfg = configured(cfg)
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from analysis.stats import MIN_SEEDS
+from judge.stats import MIN_SEEDS
 from records.database import (
     DEFAULT_RETRY_S,
     absolute_url,

@@ -35,7 +35,7 @@ class Pruner(str, Enum):
     none = "none"
     median = "median"
     hyperband = "hyperband"
-    forecast = "forecast"  # extrapolates the eval curve (analysis/forecast.py)
+    forecast = "forecast"  # extrapolates the eval curve (judge/forecast.py)
 
 
 @dataclass

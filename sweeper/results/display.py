@@ -99,6 +99,8 @@ def trial_output_to_log(verbose) -> None:
             handler, logging.FileHandler
         ):
             handler.setLevel(logging.WARNING)
+            if SAID_ONCE not in handler.filters:  # Hydra makes new handlers for every job
+                handler.addFilter(SAID_ONCE)
             if on_terminal(handler.stream):  # a warning takes the place of the live line
                 handler.setFormatter(OverLiveLine(handler.formatter))
     from transformers.utils import logging as transformers_logging  # the trial loads it anyway
@@ -107,6 +109,27 @@ def trial_output_to_log(verbose) -> None:
 
     transformers_logging.disable_progress_bar()  # "Loading weights" at every trial's start
     bars_to_log()
+
+
+class OnceASweep(logging.Filter):
+    """A warning said once on the terminal, not once a trial: the jobs of a sweep share this
+    process (the trial process, or the sweep's own), so the same line from every trial's run
+    ("these health rules never fire: ...") is said by the first. Every trial's log file keeps
+    it (the filter is on the console handler only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.getMessage())
+        if key in self.said:
+            return False
+        self.said.add(key)
+        return True
+
+
+SAID_ONCE = OnceASweep()
 
 
 class OverLiveLine(logging.Formatter):
@@ -234,9 +257,10 @@ class TrialLine:
         return f"{self.head} " + ", ".join(parts)
 
 
-def final_table(study: optuna.Study, verdict: Verdict) -> str:
-    """Every trial: number, params, seeds, mean and 95% CI (completed ones), state and, for
-    pruned or failed ones, why; then the verdict."""
+def final_table(study: optuna.Study, verdict: Verdict, verbose: bool = False) -> str:
+    """The verdict in three parts: its decision; every trial (number, params, seeds, mean and
+    95% CI of completed ones, state and, for pruned or failed ones, why; for raced ones why
+    their race ended); what to run next. verbose: the statistics behind it after that."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     names = list(dict.fromkeys(k for t in trials for k in t.params))
     summaries = {s.label: s for s in verdict.ranked}
@@ -247,7 +271,8 @@ def final_table(study: optuna.Study, verdict: Verdict) -> str:
         else ""
     )
     rows = [_row(t, names, summaries.get(f"t{t.number}"), not_run) for t in trials]
-    return text_table([header, *rows]) + "\n\n" + verdict.text
+    after = [verdict.next_step, *(verdict.detail if verbose else [])]
+    return "\n".join([verdict.decision, "", text_table([header, *rows]), "", *after])
 
 
 # The plain grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
@@ -272,5 +297,14 @@ def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run:
         *params,
         *interval_cells(summary),
         trial.state.name,
-        trial_note(trial) or (not_run if trial.state == TrialState.WAITING else ""),
+        trial_note(trial)
+        or (not_run if trial.state == TrialState.WAITING else "")
+        or _raced(trial),
     ]
+
+
+def _raced(trial: FrozenTrial) -> str:
+    """Why a raced configuration got the seeds it got: its race's headline (the evidence after
+    the colon is on its MLflow run and in the verdict's detail)."""
+    race = trial.user_attrs.get(TrialAttr.RACE, "") if trial.state == TrialState.COMPLETE else ""
+    return race.split(":")[0].split(";")[0]

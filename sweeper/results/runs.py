@@ -201,6 +201,7 @@ def finish_parent_run(
     if verdict:
         writes += [
             lambda: run.set_tags({Tag.VERDICT: verdict[:5000]}),
+            lambda: run.set_tags({NOTE_TAG: verdict_note(run, verdict)}),
             lambda: run.save_text(verdict + "\n", "verdict.txt"),
         ]
     writes += [
@@ -209,6 +210,16 @@ def finish_parent_run(
     ]
     for write in writes:
         _retried(write)
+
+
+def verdict_note(run: MLflowRun, verdict: str) -> str:
+    """The study run's description (shown in the MLflow UI): the verdict, its statistics as a
+    list, then the description it had (the objective and the link to the study's runs)."""
+    first, *rest = verdict.splitlines()
+    before = run.client.get_run(run.run_id).data.tags.get(NOTE_TAG, "")
+    before = before.split("\n\n---\n\n")[-1]  # a second finish replaces the verdict
+    listed = "\n".join(f"- {line}" for line in rest)
+    return f"**Verdict:** {first}\n\n{listed}\n\n---\n\n{before}"[:5000]
 
 
 def _retried(write: Callable[[], Any], attempts: int = 4) -> None:

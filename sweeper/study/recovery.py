@@ -82,18 +82,14 @@ def lose(study: optuna.Study, trial_id: int, reason: str, max_in_a_row: int) -> 
 def checkpoints_saved(trial: FrozenTrial) -> set[str]:
     """The checkpoint folders its seeds' runs have saved (either backend's layout): a name
     not there when it was last lost means it got further."""
-    from trainer.backends.trl import checkpoints as trl_checkpoints
-    from trainer.run import checkpoint
+    from trainer.backends import checkpoint_dirs
 
-    found = set()
-    for seed in replicates(trial):
-        if seed.output_dir:
-            for folder in [
-                *checkpoint.checkpoint_dirs(seed.output_dir),
-                *trl_checkpoints.checkpoint_dirs(seed.output_dir),
-            ]:
-                found.add(str(folder))
-    return found
+    return {
+        str(folder)
+        for seed in replicates(trial)
+        if seed.output_dir
+        for folder in checkpoint_dirs(seed.output_dir)
+    }
 
 
 def fail_stale_trials(study: optuna.Study, reason: str, max_in_a_row: int) -> list[FrozenTrial]:

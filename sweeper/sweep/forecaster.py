@@ -1,5 +1,5 @@
 """pruner=forecast inside a trial's job: at each eval step, the configuration's final objective
-forecast from its curve so far (analysis/forecast.py, the math), logged, and a breach once it
+forecast from its curve so far (judge/forecast.py, the math), logged, and a breach once it
 cannot reach the best completed configuration. The reporter (job.py) asks it after the health
 rules."""
 
@@ -12,21 +12,23 @@ from typing import Any
 
 import optuna
 
-from analysis import forecast
 from analysis.load import history
+from judge import forecast
+from judge.compare import Judge
+from judge.configs import config_of
+from judge.forecast import FORECAST
 from records.metrics import stderr_of
 from records.sweep import FORECAST_HIGH, FORECAST_MEAN, StudyAttr, replicates
 from records.tracking import MLflowRun
 from sweeper import optuna_adapter as oa
-from sweeper.sweep import racing
-from trainer.run.health import FORECAST, Action, Breach
+from trainer.run.health import Action, Breach
 
 log = logging.getLogger(__name__)
 
 
 class Forecaster:
     """pruner=forecast: at each eval step, the configuration's final objective forecast from
-    its curve so far (analysis/forecast.py), logged, and a stop once its optimistic bound
+    its curve so far (judge/forecast.py), logged, and a stop once its optimistic bound
     cannot reach the best completed configuration's pessimistic value.
 
     A configuration's seeds are pooled: each seed forecasts the configuration's curve, at each
@@ -114,13 +116,13 @@ def _signed(fc: forecast.Forecast, sign: float) -> str:
 
 
 def seed_variance(study: optuna.Study) -> float:
-    """The objective's seed-to-seed variance as the race measures it (racing.spread: pooled
+    """The objective's seed-to-seed variance as the race measures it (the judge's pool: pooled
     over the configurations with two or more completed seeds, raised to its upper bound);
     0 while none has two (a one-seed sweep never has an estimate)."""
     trials = study.get_trials(
         deepcopy=False, states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
     )
-    pooled = racing.spread([racing.entry_of(t) for t in trials])
+    pooled = Judge([config_of(t) for t in trials]).pool
     return pooled.variance if pooled.df and math.isfinite(pooled.variance) else 0.0
 
 
@@ -133,4 +135,4 @@ def incumbent(study: optuna.Study) -> tuple[int, float, float | None, int] | Non
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     best = max(done, key=lambda t: t.value if maximize else -t.value)
     stderr = forecast.pooled_stderr([r.stderr for r in replicates(best)])
-    return best.number, best.value, stderr, max(1, len(racing.entry_of(best).values))
+    return best.number, best.value, stderr, max(1, len(config_of(best).values))

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from analysis.load import history
 from analysis.sweep_job import training_config
+from judge.forecast import FORECAST
 from records.database import DatabaseUnreachable, set_retry_window
 from records.metrics import EVAL_REWARD, stderr_of
 from records.optuna_storage import open_storage
@@ -46,14 +47,11 @@ from sweeper.plan.eval_power import truncation_warning
 from sweeper.results.display import TrialLine, short
 from sweeper.results.runs import close_trial_run, mark_objective, trial_run_name
 from sweeper.sweep.forecaster import Forecaster, seed_curve
-from trainer.backends import train
+from trainer.backends import configured, resumed_step, train
 from trainer.backends.logged_run import train_and_log
 from trainer.backends.run_params import run_params
-from trainer.backends.trl.recipe import with_recipe
 from trainer.base.errors import RankLost, fail_reason
-from trainer.run.checkpoint import resumable_step
 from trainer.run.health import (
-    FORECAST,
     Action,
     Breach,
     HealthMonitor,
@@ -234,7 +232,7 @@ def run(cfg: DictConfig) -> float:
 
 
 def run_trial(cfg: DictConfig) -> float:
-    cfg = with_recipe(cfg)  # a `trl grpo` recipe's values, where the overrides set none
+    cfg = configured(cfg)  # a `trl grpo` recipe's values, where the overrides set none
     binding = cfg.trial
     if binding.db_retry_seconds is not None:
         set_retry_window(binding.db_retry_seconds)
@@ -246,7 +244,7 @@ def run_trial(cfg: DictConfig) -> float:
     # MLFLOW_TRACKING_URI when set, else the one the study's creator recorded.
     uri = os.environ.get("MLFLOW_TRACKING_URI") or attrs[StudyAttr.MLFLOW_TRACKING_URI]
     client = tracking_client(uri)
-    resumed_from = _resumed_from(cfg)
+    resumed_from = resumed_step(cfg)
     earlier = trial.user_attrs.get(TrialAttr.RESUME_DIRS, {}).get(str(cfg.seed), {})
     if earlier.get("run_id"):  # checkpoint or not: one run per point, one unbroken curve
         run = MLflowRun.attach(earlier["run_id"], client)
@@ -359,16 +357,6 @@ def objective_value(reporter: TrialReporter) -> float:
     if not math.isfinite(value):
         raise FloatingPointError(f"objective {reporter.objective}={value}")
     return float(value)
-
-
-def _resumed_from(cfg: DictConfig) -> int | None:
-    """The checkpoint step this run continues from (None for a fresh start): the newest one
-    that reads, as train() loads it, not the newest folder."""
-    if cfg.backend.name == "trl":  # TRL's own checkpoint folders, counted in our steps
-        from trainer.backends.trl.checkpoints import resumed_from_step
-
-        return resumed_from_step(cfg)
-    return resumable_step(cfg.output_dir) if cfg.resume else None
 
 
 def ended_replicate(

@@ -164,7 +164,7 @@ class SweepRunner:
         runs.log_intervals(trials, verdict.ranked)  # the study's MLflow view shows them
         self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
-        table = final_table(study, verdict)
+        table = final_table(study, verdict, self.config.hydra.verbose)
         if self.search_sampler.is_grid:
             table += "\n" + display.cost_line(trials, self.config.max_steps)
         print("\n".join([table, *(["", *link] if link else [])]), flush=True)

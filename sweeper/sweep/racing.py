@@ -7,7 +7,7 @@ is eliminated on it); once all its started seeds have ended, it is compared with
 (the best mean among configurations with MIN_SEEDS values) by a t interval paired by seed:
 the sweeper gives every configuration the same seeds, so the race fits configuration + seed
 over every configuration with MIN_SEEDS values and judges on its residual variance
-(analysis/stats.py blocked_fit; unpaired on the seed-to-seed variance pooled over them,
+(judge/stats.py blocked_fit; unpaired on the seed-to-seed variance pooled over them,
 pooled_difference, for configurations whose seeds do not connect them), at a level corrected for looking after every seed and
 for comparing with the leader every configuration there is: Bonferroni over the
 max_seeds - MIN_SEEDS + 1 looks a configuration can have times the k - 1 comparisons with the
@@ -20,13 +20,13 @@ over 5 configurations at 2 seeds the spread has 5 degrees of freedom and no sing
 luck decides. Then exactly one of:
   - eliminated: the leader is better beyond the interval -> no more seeds;
   - cannot beat the leader: even at its one-sided 95% upper confidence bound
-    (analysis/stats.py reversal_bound), it would be better than the leader by less than
+    (judge/stats.py reversal_bound), it would be better than the leader by less than
     min_difference -> no more seeds. What a verdict's regret needs is the best, not proof of
     how much worse the others are: without this rule a slow learner 0.029 below the best took
     4.2 seeds to be eliminated at the corrected level (bench/COST.md, "Cannot beat the
     leader");
   - tied for good: even an optimistic difference, |difference| at its one-sided 95% upper
-    confidence bound (analysis/stats.py difference_bound), would stay inside the interval at
+    confidence bound (judge/stats.py difference_bound), would stay inside the interval at
     max_seeds, or is below the minimal difference that counts (min_difference: a difference
     the eval cannot see on one run is not worth seeds) -> no more seeds, the verdict calls it
     a tie. Optimistic, not the observed difference: two seeds' difference is mostly noise,
@@ -60,23 +60,11 @@ from dataclasses import dataclass
 
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis import stats
-from analysis.stats import MIN_SEEDS, look_level, mean_of, seeds_to_separate
-from records.sweep import Replicate, State, replicates
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One configuration in the race: its completed seed values so far."""
-
-    label: str  # "t3"
-    values: tuple[float, ...]
-    seeds: tuple[int, ...] = ()  # each value's seed (empty: unknown, judged unpaired)
-    open: bool = False  # still racing or held (its trial not told yet)
-
-    @property
-    def by_seed(self) -> dict[int, float]:
-        return dict(zip(self.seeds, self.values, strict=True))
+from judge import stats
+from judge.compare import Judge, signed
+from judge.configs import Config, config_of
+from judge.stats import MIN_SEEDS, look_level, seeds_to_separate
+from records.sweep import State, replicates
 
 
 @dataclass(frozen=True)
@@ -91,8 +79,8 @@ SEED, STOP, HOLD = "seed", "stop", "hold"
 
 
 def decide(
-    me: Entry,
-    others: Sequence[Entry],
+    me: Config,
+    others: Sequence[Config],
     max_seeds: int,
     maximize: bool,
     more_to_come: bool,
@@ -121,11 +109,11 @@ def decide(
     # one order whoever looks, so that every configuration sees the same leader (a tie, or
     # the blocked fit's rounding in another order, would otherwise name two leaders)
     entries = sorted([me, *known], key=lambda e: e.label)
-    judge = Judge(entries)
+    judge = Judge(entries, raced=True)
     sign = 1 if maximize else -1
     leader = max(entries, key=lambda e: stats.rank_value(sign * judge.mean(e)))
     if leader is not me:
-        gap = _signed(judge.difference(leader, me, level), sign)
+        gap = signed(judge.difference(leader, me, level), sign)
         if gap.known and gap.low > 0:
             return Step(
                 STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
@@ -169,47 +157,8 @@ def decide(
     return Step(STOP, f"{n} seeds; separated from the leader {leader.label}")
 
 
-def spread(entries: Sequence[Entry]) -> stats.Pooled:
-    """The seed-to-seed variance the race judges with: pooled over every configuration with
-    MIN_SEEDS values (open or told), one-way ANOVA's within-group variance, raised to its
-    VARIANCE_BOUND upper confidence bound (analysis/stats.py variance_bound)."""
-    groups = [e.values for e in entries if len(e.values) >= MIN_SEEDS]
-    return stats.variance_bound(stats.pooled_variance(groups))
-
-
-class Judge:
-    """How the race compares two configurations: paired by seed (analysis/stats.py
-    blocked_fit, seed as the block over every configuration with MIN_SEEDS values) where
-    their seeds connect them, else unpaired on the pooled seed variance (spread). Both
-    variances are raised to their VARIANCE_BOUND upper confidence bound."""
-
-    def __init__(self, entries: Sequence[Entry]):
-        self.pool = spread(entries)
-        paired = {e.label: e.by_seed for e in entries if e.seeds and len(e.values) >= MIN_SEEDS}
-        self.blocked = stats.blocked_bound(stats.blocked_fit(paired)) if paired else None
-
-    def mean(self, e: Entry) -> float:
-        """The mean the leader is chosen by: seed-adjusted where paired (the same seeds for
-        every configuration), else the plain mean."""
-        adjusted = self.blocked.adjusted_mean(e.label) if self.blocked is not None else None
-        return mean_of(e.values) if adjusted is None else adjusted
-
-    def difference(self, a: Entry, b: Entry, level: float) -> stats.Interval:
-        if self.blocked is not None:
-            paired = self.blocked.difference(a.label, b.label, level)
-            if paired is not None:
-                return paired
-        return stats.pooled_difference(a.values, b.values, self.pool, level)
-
-    def variance(self, diff: stats.Interval) -> stats.Pooled:
-        """The variance and its df behind `diff`, for how many seeds would separate it."""
-        if self.blocked is not None and diff.method.startswith("paired by seed"):
-            return stats.Pooled(self.blocked.variance, self.blocked.df, len(self.blocked.labels))
-        return self.pool
-
-
 def _futile(
-    a: Entry, b: Entry, judge: Judge, level: float, max_seeds: int, min_difference: float
+    a: Config, b: Config, judge: Judge, level: float, max_seeds: int, min_difference: float
 ) -> str:
     """Why more seeds cannot change the call on a and b ("" while they can): even the
     optimistic difference is below the one that counts, or would not separate in max_seeds."""
@@ -226,16 +175,12 @@ def _futile(
     return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
 
 
-def _stop_or_wait(why: str, leader: Entry, wait_for_leader: bool) -> Step:
+def _stop_or_wait(why: str, leader: Config, wait_for_leader: bool) -> Step:
     """A stop judged against the leader's mean so far: while the leader still races, it holds
     (its trial open), to be judged again on the leader's last mean."""
     if wait_for_leader and leader.open:
         return Step(HOLD, f"{why}; waits for {leader.label} to end its race")
     return Step(STOP, why)
-
-
-def _signed(i: stats.Interval, sign: int) -> stats.Interval:
-    return i if sign == 1 else stats.Interval(-i.estimate, -i.high, -i.low, i.method, i.se, i.df)
 
 
 def _show(i: stats.Interval) -> str:
@@ -267,15 +212,17 @@ def look(
             more_to_come |= t.state == TrialState.WAITING
             queued += t.state == TrialState.WAITING
             continue
-        entry = entry_of(t)
+        entry = config_of(t)
         others.append(entry)
         more_to_come |= t.state == TrialState.RUNNING and len(entry.values) < MIN_SEEDS
     configurations = 1 + len(others) + queued
     if min_difference is None:
         raced = [t for t in trials if t.state in (TrialState.RUNNING, TrialState.COMPLETE)]
-        min_difference = minimal_difference([r.stderr for t in raced for r in _done(t)])
+        min_difference = minimal_difference(
+            [r.stderr for t in raced for r in replicates(t) if r.state == State.COMPLETE]
+        )
     return decide(
-        entry_of(me),
+        config_of(me),
         others,
         max_seeds,
         maximize,
@@ -292,13 +239,3 @@ def minimal_difference(stderrs: Sequence[float | None]) -> float:
     race). A difference below it is one a single run's eval cannot see."""
     known = [s for s in stderrs if s is not None and math.isfinite(s)]
     return sum(known) / len(known) if known else 0.0
-
-
-def _done(trial: FrozenTrial) -> list[Replicate]:
-    return [r for r in replicates(trial) if r.state == State.COMPLETE]
-
-
-def entry_of(trial: FrozenTrial) -> Entry:
-    done = [r for r in _done(trial) if r.value is not None and math.isfinite(r.value)]
-    values, seeds = tuple(r.value for r in done), tuple(r.seed for r in done)
-    return Entry(f"t{trial.number}", values, seeds, trial.state == TrialState.RUNNING)

@@ -20,6 +20,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.forecast import is_unsafe
 from records.database import calm_for
 from records.metrics import is_finite_number
 from records.optuna_storage import exclusive
@@ -40,7 +41,6 @@ from sweeper.results.display import say
 from sweeper.study import recovery, slots
 from sweeper.sweep.flights import InFlight
 from trainer.base.errors import fail_reason
-from trainer.run.health import is_unsafe
 
 STALE_REASON = "its sweeper stopped (killed or lost) while it ran"
 

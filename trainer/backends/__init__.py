@@ -25,6 +25,8 @@ is `train` here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
@@ -34,7 +36,7 @@ from trainer.run.validation import validate as validate_common
 if TYPE_CHECKING:
     from trainer.run.train import Reporter, TrainResult
 
-__all__ = ["train", "validate"]
+__all__ = ["checkpoint_dirs", "configured", "resumed_step", "train", "validate"]
 
 
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
@@ -48,6 +50,34 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     from trainer.run.train import train as train_with_ours
 
     return train_with_ours(cfg, reporter)
+
+
+def configured(cfg: DictConfig, overrides: Iterable[str] | None = None) -> DictConfig:
+    """The config a run trains with: a `trl grpo` recipe's values (backend.config) filled in
+    where the command line set none; cfg itself without a recipe. ConfigError: a bad recipe."""
+    from trainer.backends.trl.recipe import with_recipe
+
+    return with_recipe(cfg, overrides)
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """The checkpoint folders a run in output_dir saved, in either backend's layout."""
+    from trainer.backends.trl import checkpoints as trl_checkpoints
+    from trainer.run import checkpoint
+
+    return [*checkpoint.checkpoint_dirs(output_dir), *trl_checkpoints.checkpoint_dirs(output_dir)]
+
+
+def resumed_step(cfg: DictConfig) -> int | None:
+    """The checkpoint step a run of this config continues from (None: a fresh start), as the
+    backend's train() will load it: the newest checkpoint that reads, not the newest folder."""
+    if cfg.backend.name == "trl":  # TRL's own checkpoint folders, counted in our steps
+        from trainer.backends.trl.checkpoints import resumed_from_step
+
+        return resumed_from_step(cfg)
+    from trainer.run.checkpoint import resumable_step
+
+    return resumable_step(cfg.output_dir) if cfg.resume else None
 
 
 def use_threads(cfg: DictConfig, reporter: Reporter | None) -> None:

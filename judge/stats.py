@@ -76,11 +76,11 @@ class Interval:
         return self.known and (self.low > 0 or self.high < 0)
 
 
-
 def rank_value(value: float) -> float:
     """A mean as rankings compare it: rounded past a fit's float noise, so configurations tied
     exactly stay in label order on every CPU (a blocked fit's last bits differ by machine)."""
     return round(value, 12)
+
 
 def _scipy_stats():
     """scipy.stats, imported where a quantile is first needed: 0.8 s that a trial's start and

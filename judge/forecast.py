@@ -37,6 +37,17 @@ from statistics import NormalDist
 
 import numpy as np
 
+# The pruner's name (hydra.sweeper.pruner=forecast) and the check its stop records: a stop on
+# the forecast is the sweep's judgment of the configuration, not a health breach.
+FORECAST = "forecast"
+
+
+def is_unsafe(breach: Mapping[str, object]) -> bool:
+    """Whether a recorded stop marks its configuration unsafe (health_breach, the sampler's
+    breach region): a pruning health rule, not a warning or a forecast."""
+    return breach.get("check") != FORECAST and breach.get("action", "prune") == "prune"
+
+
 # The models the optimistic bound is the highest of.
 OPTIMISTIC = ("flat", "power", "linear", "peak")
 DRAWS = 400  # bootstrap redraws: the quantiles at level 0.9 move by < 0.005 beyond this

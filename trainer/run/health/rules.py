@@ -1,4 +1,5 @@
-"""Run health: rules checked after every training step, and the breach they report.
+"""Health rules: what a rule and its breach are, and the defaults (the monitor checks them
+after every training step: monitor.py; a recorded run replays them: replay.py).
 
 A sweep prunes a trial at its first breach (sweeper/sweep/job.py); a single training run logs each
 rule's first breach as a warning (trainer/run/train.py): the same rules, defined here once.
@@ -14,7 +15,7 @@ and from curves measured on the tiny model (bench/HEALTH.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any
@@ -96,11 +97,11 @@ class Breach:
     advice: str = ""
     action: str = Action.prune.value
     detail: str = ""  # the guard that held (" while reward/mean was not rising"); a
-    # forecast's whole sentence (check FORECAST)
+    # stop said in its own sentence (no metric: a forecast's, judge/forecast.py)
 
     def __str__(self) -> str:
         value = "nan/inf" if self.value is None else f"{self.value:.3g}"
-        if self.check == FORECAST:
+        if not self.metric:
             return f"{self.rule}: {self.detail}"
         if self.check == Check.not_finite.value:
             what = f"{self.metric}={value} is not finite"
@@ -119,16 +120,6 @@ class Breach:
     def from_dict(cls, data: Mapping[str, Any]) -> Breach:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-FORECAST = "forecast"  # the check of a forecasting pruner's stop: not a health breach
-
-
-def is_unsafe(breach: Mapping[str, Any]) -> bool:
-    """Whether a recorded stop marks its configuration unsafe (health_breach, the sampler's
-    breach region): a pruning health rule, not a warning or a forecast."""
-    action = breach.get("action", Action.prune.value)
-    return breach.get("check") != FORECAST and action == Action.prune.value
 
 
 WORDS = {
@@ -307,194 +298,3 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{where}.{key}={value!r}: must be an integer >= {low}")
     return HealthRule(**item)
-
-
-class HealthMonitor:
-    """Checks the rules on each step's metrics; keeps each rule's streak, the baselines (step
-    0), each metric's first value after step 0, its best so far and its recent values."""
-
-    def __init__(self, rules: Iterable[HealthRule]) -> None:
-        self.rules = list(rules)
-        self.streaks = {rule.name: 0 for rule in self.rules}
-        self.baselines: dict[str, float] = {}
-        self.firsts: dict[str, float] = {}
-        self.peaks: dict[str, float] = {}
-        self.recent: dict[str, list[float]] = {}
-
-    def state(self) -> dict[str, Any]:
-        """Everything a decision depends on, as JSON: saved with a checkpoint, so a resumed
-        run decides exactly as one never interrupted (`load_state`)."""
-        return {
-            "streaks": dict(self.streaks),
-            "baselines": dict(self.baselines),
-            "firsts": dict(self.firsts),
-            "peaks": dict(self.peaks),
-            "recent": {k: list(v) for k, v in self.recent.items()},
-        }
-
-    def load_state(self, state: Any) -> None:
-        """Continue from a saved `state()` (read from a shared folder: checked, ValueError
-        saying what is wrong). A rule the state does not know starts with no streak."""
-        if not isinstance(state, dict) or set(state) != set(self.state()):
-            raise ValueError(f"health state is not {sorted(self.state())}")
-        for key in ("streaks", "baselines", "firsts", "peaks", "recent"):
-            part = state[key]
-            if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
-                raise ValueError(f"health state's {key} is not a dict by name")
-            for name, value in part.items():
-                values = value if key == "recent" and isinstance(value, list) else [value]
-                kind = int if key == "streaks" else float
-                if key == "recent" and not isinstance(value, list):
-                    raise ValueError(f"health state's recent.{name} is not a list")
-                if not all(_number(v, kind) for v in values):
-                    raise ValueError(f"health state's {key}.{name}={value!r} is not a number")
-        self.streaks = {rule.name: int(state["streaks"].get(rule.name, 0)) for rule in self.rules}
-        self.baselines = dict(state["baselines"])
-        self.firsts = dict(state["firsts"])
-        self.peaks = dict(state["peaks"])
-        self.recent = {k: list(v) for k, v in state["recent"].items()}
-
-    def check(self, step: int, metrics: Mapping[str, float]) -> Breach | None:
-        """The first pruning rule that fires at this step (a sweep prunes there), or None."""
-        return first_to_prune(self.breaches(step, metrics))
-
-    def breaches(self, step: int, metrics: Mapping[str, float]) -> list[Breach]:
-        """Every rule that fires at this step (warnings too), in the rules' order."""
-        if step == 0:  # before any update: the baseline, never a breach
-            self.baselines.update({k: v for k, v in metrics.items() if is_finite_number(v)})
-            return []
-        fired = []
-        for rule in self.rules:
-            value = metrics.get(rule.metric)
-            if value is None or step <= rule.warmup_steps:
-                continue  # not logged this step: neither counts nor resets the streak
-            holds = self._holds(rule, value, metrics)
-            if holds is None:
-                continue
-            self.streaks[rule.name] = self.streaks[rule.name] + 1 if holds else 0
-            if self.streaks[rule.name] >= rule.patience and self._gate(rule, metrics, value):
-                fired.append(self._breach(rule, value, step))
-        self._remember(metrics)
-        return fired
-
-    def _breach(self, rule: HealthRule, value: float, step: int) -> Breach:
-        trend = {
-            Guard.not_rising: f" while {rule.guard_metric} was not rising",
-            Guard.rising: f" while {rule.guard_metric} rose",
-            Guard.not_improved: f" while {rule.guard_metric} was not above its baseline",
-        }.get(rule.guard, "")
-        shown = float(value) if is_finite_number(value) else None
-        return Breach(
-            rule.name,
-            rule.metric,
-            shown,
-            rule.bound,
-            step,
-            rule.check.value,
-            rule.advice,
-            rule.action.value,
-            trend,
-        )
-
-    def _remember(self, metrics: Mapping[str, float]) -> None:
-        for key, value in metrics.items():
-            if not is_finite_number(value):
-                continue
-            self.firsts.setdefault(key, value)
-            self.peaks[key] = max(value, self.peaks.get(key, value))
-            self.recent[key] = [*self.recent.get(key, [])[-(GUARD_WINDOW - 1) :], value]
-
-    def rising(self, metric: str, rise: float, now: Mapping[str, float]) -> bool | None:
-        """Whether `metric`'s mean over its last GUARD_WINDOW values (this step's included) is
-        more than `rise` above its first value after step 0; None before there is a window."""
-        values = list(self.recent.get(metric, []))
-        if is_finite_number(now.get(metric)):
-            values = [*values[-(GUARD_WINDOW - 1) :], now[metric]]
-        if len(values) < GUARD_WINDOW or metric not in self.firsts:
-            return None
-        return sum(values) / len(values) > self.firsts[metric] + rise
-
-    def _gate(self, rule: HealthRule, now: Mapping[str, float], value: float) -> bool:
-        """Guard.not_improved: whether the guard metric's latest value after step 0 (this
-        step's included) is no more than `rise` above its baseline. Before it has one (the
-        first eval after step 0 not yet in, or evals off) the check alone decides, at
-        EARLY_FACTOR times the bound: a fast learner's KL sits below it, a collapse's far above."""
-        if rule.guard != Guard.not_improved:
-            return True
-        latest = now.get(rule.guard_metric)
-        if not is_finite_number(latest):
-            latest = (self.recent.get(rule.guard_metric) or [None])[-1]
-        baseline = self.baselines.get(rule.guard_metric)
-        if latest is None or baseline is None:
-            return (
-                rule.bound is None
-                or not is_finite_number(value)
-                or value > EARLY_FACTOR * rule.bound
-            )
-        return latest <= baseline + rule.rise
-
-    def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
-        """Whether the check holds; None when it cannot be judged this step."""
-        if rule.check == Check.not_finite:
-            return not is_finite_number(value)
-        if not is_finite_number(value):
-            return None  # NaN is the not_finite rules' business
-        holds = self._compare(rule, value)
-        if not holds or rule.guard in (Guard.none, Guard.not_improved):
-            return holds
-        rising = self.rising(rule.guard_metric, rule.rise, now)
-        if rising is None:  # too early to tell a trend: the check alone decides
-            return holds if rule.guard == Guard.not_rising else None
-        return rising == (rule.guard == Guard.rising)
-
-    def _compare(self, rule: HealthRule, value: float) -> bool | None:
-        if rule.check == Check.above:
-            return value > rule.bound
-        if rule.check == Check.below:
-            return value < rule.bound
-        reference = {
-            Check.below_baseline: self.baselines,
-            Check.below_peak: self.peaks,
-            Check.ratio_below: self.firsts,
-            Check.ratio_above: self.firsts,
-        }[rule.check].get(rule.metric)
-        if reference is None:
-            return None
-        if rule.check == Check.ratio_below:
-            return value < rule.bound * reference
-        if rule.check == Check.ratio_above:
-            return value > rule.bound * reference
-        return value < reference - rule.bound
-
-
-def _number(value: Any, kind: type) -> bool:
-    if kind is int:
-        return type(value) is int and value >= 0
-    return type(value) in (int, float) and is_finite_number(value)
-
-
-def first_to_prune(fired: Iterable[Breach]) -> Breach | None:
-    return next((b for b in fired if b.action == Action.prune.value), None)
-
-
-def replay(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]) -> Breach | None:
-    """The pruning breach a monitor finds on a recorded run ({step: metrics}), or None."""
-    monitor = HealthMonitor(rules)
-    for step in sorted(curve):
-        breach = monitor.check(step, curve[step])
-        if breach is not None:
-            return breach
-    return None
-
-
-def warnings(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]) -> list[Breach]:
-    """Each warning rule's first firing on a recorded run, before any pruning breach."""
-    monitor, seen = HealthMonitor(rules), {}
-    for step in sorted(curve):
-        fired = monitor.breaches(step, curve[step])
-        for breach in fired:
-            if breach.action == Action.warn.value:
-                seen.setdefault(breach.rule, breach)
-        if first_to_prune(fired):
-            break
-    return list(seen.values())

@@ -1,0 +1,21 @@
+"""Run health, split by job: rules (what a rule and a breach are, the defaults), monitor
+(the rules checked after every step), replay (the rules on a recorded run)."""
+
+from trainer.run.health.monitor import HealthMonitor, first_to_prune
+from trainer.run.health.replay import replay, warnings
+from trainer.run.health.rules import (
+    EARLY_FACTOR,
+    GUARD_WINDOW,
+    LENGTH_GROWTH,
+    POST_UPDATE_KL_FACTOR,
+    POST_UPDATE_KL_RISE,
+    WORDS,
+    Action,
+    Breach,
+    Check,
+    Guard,
+    HealthRule,
+    default_rules,
+    failure_mode_rules,
+    rules_from_settings,
+)
