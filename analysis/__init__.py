@@ -2,9 +2,7 @@
 
 Modules, one job each (the records and stores they read are records/'s):
   load        Optuna storage + MLflow -> per-trial records and per-step histories
-  stats       confidence intervals on plain numbers (t, paired, bounded)
   verdict     each configuration's mean and interval; best, tied or too few seeds to tell
-  forecast    where a trial's eval curve is heading, with an interval (the forecast pruner's)
   advice      rules of thumb -> "what to try next"
   plots       the figures (matplotlib, Agg)
   kl_plots    the KL figures, with the study's health rules drawn as it pruned with them

@@ -212,21 +212,28 @@ def verdict(
             )
         next_step = f"Next: {command}."
     else:
+        params = show(best.config.params) or "defaults"
+        shown = [label for label in gaps if label not in cannot and label not in eliminated]
         if not cannot and not eliminated:
             how = (
                 f"beat every other, {runner.label} by {diff.estimate:.3g} "
                 f"({level * 100:.4g}% CI {diff.low:.3g} to {diff.high:.3g})"
             )
+            decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
+        elif cannot:  # none shown better or worse, but none can beat it by what counts
+            worse = [*shown, *eliminated]
+            also = f"; {_names(worse)} worse" if worse else ""
+            decision = (
+                f"{best.label} ({params}) is as good as any: {_names(cannot)} cannot beat it by "
+                f"min_difference{also}; mean {_one_number(best)}."
+            )
         else:
-            shown = [label for label in gaps if label not in cannot and label not in eliminated]
             parts = [
                 f"{_names(shown)} shown worse" if shown else "",
-                f"{_names(eliminated)} stopped by the race as worse" if eliminated else "",
-                f"{_names(cannot)} cannot beat it by a difference that counts" if cannot else "",
+                f"{_names(eliminated)} stopped by the race as worse",
             ]
             how = "is the best; " + ", ".join(p for p in parts if p)
-        params = show(best.config.params) or "defaults"
-        decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
+            decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
         next_step = f"Next: {_reuse(best, study)}."
     if max_seeds is not None:
         detail.append(race_line([s.config for s in ranked], max_seeds))
@@ -353,10 +360,11 @@ def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> tuple[str, str
     if wide:
         w = max(wide, key=lambda s: reach[s.label])
         return (
-            f"Too few seeds to tell whether training moved anything: {w.label}'s 95% CI "
+            f"Too few seeds to tell if training moved anything: {w.label}'s 95% CI "
             f"({w.interval.low:.3g} to {w.interval.high:.3g}) holds its baseline "
-            f"{w.config.baseline:.3g} and reaches {reach[w.label]:.3g} above it.",
-            "Next: more seeds (hydra.sweeper.max_seeds) would tell.",
+            f"{w.config.baseline:.3g}.",
+            "Next: more seeds (hydra.sweeper.max_seeds when raced, else seeds) or longer runs "
+            "(max_steps) would tell.",
             f"Too few seeds to tell whether training moved anything: no configuration's interval "
             f"excludes its baseline, yet {w.label}'s reaches {reach[w.label]:.3g} above it "
             f"({_interval_text(w.interval)}); more seeds (hydra.sweeper.seeds) would tell.",

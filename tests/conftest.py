@@ -134,6 +134,27 @@ def one_seed_unless_named(args: Sequence[str]) -> list[str]:
     return [*args] if named else [*args, ONE_SEED]
 
 
+# How a verdict's first line, its decision, starts (analysis/verdict.py): tied, not decided,
+# nothing learned, too few seeds to tell, every run broke, one completed, or a winner
+# ("t2 (lr=0.001) beat every other ...").
+DECISIONS = (
+    "Tied at this sample size",
+    "Not decided",
+    "Nothing learned",
+    "Too few seeds to tell",
+    "Every run broke",
+    "Only t",
+    "t",
+)
+
+
+def verdict_decision(stdout: str) -> str:
+    """The verdict's first line in a sweep's stdout (the lines before it are Hydra's logs)."""
+    verdict = [line for line in stdout.splitlines() if line and not line.startswith("[")]
+    assert verdict and verdict[0].startswith(DECISIONS), stdout[-3000:]
+    return verdict[0]
+
+
 def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.CompletedProcess:
     """`python -m sweeper -m <args>` in cwd (one seed unless args name the seeds), with its own
     MLflow store there (popen's env, when given, replaces sweep_env(cwd))."""

@@ -12,9 +12,7 @@ from judge.stats import detectable_difference, problems_to_detect
 from sweeper.plan.eval_power import LOOKED_FOR, WIDEST_SD
 
 EVAL_TOO_SMALL = (
-    "Eval too small: 4 problems tell two configurations apart (95%) only when their "
-    "eval/reward/mean differs by 0.69 or more (a 0-1 reward at its widest spread), and more "
-    "seeds cannot help: 49 problems would tell 0.2: task.eval_size=49"
+    "Eval too small: 4 problems tell apart only gaps of 0.69+ (task.eval_size=49 tells 0.2)"
 )
 TRUNCATED = (
     "every completion of the baseline eval hit max_tokens=1 before it ended: the rewards "

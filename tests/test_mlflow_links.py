@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import mlflow_uri, run_sweep, study_in, study_uri
+from conftest import mlflow_uri, run_sweep, study_in, study_uri, verdict_decision
 from mlflow.tracking import MlflowClient
 from test_trainer_cli import run_trainer
 
@@ -64,9 +64,12 @@ def test_every_run_names_its_objective(swept) -> None:
     for run in runs:
         assert run.data.tags[Tag.OBJECTIVE] == "eval/reward/mean"
         note = run.data.tags["mlflow.note.content"]
-        assert note.startswith(
-            "**Objective: `eval/reward/mean`** (held-out reward): the value the sweep ranks"
-        )
+        objective = "**Objective: `eval/reward/mean`** (held-out reward): the value the sweep ranks"
+        if run.data.tags[Tag.ROLE] == Role.STUDY:  # the verdict and its statistics come first
+            assert note.startswith(f"**Verdict:** {verdict_decision(swept[1])}"), note
+            assert objective in note, note
+        else:
+            assert note.startswith(objective), note
         assert f"viewStateShareKey=sweep-{study})" in note
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import mlflow_uri, run_sweep, study_in, sweep_env
+from conftest import mlflow_uri, run_sweep, study_in, sweep_env, verdict_decision
 from mlflow.tracking import MlflowClient
 
 from records.metrics import KL_PRE_POST_V2
@@ -21,14 +21,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
 @pytest.fixture(scope="module")
 def kl_sweep(smollm2, tmp_path_factory):
-    """Issue 41's sweep, shortened to 4 steps (constant lr, fixed seed: steps 1-4 follow the
+    """Issue 41's sweep, shortened to 3 steps (constant lr, fixed seed: steps 1-3 follow the
     same trajectory as the 8-step run) and evaluated at its start and end on 32 held-out
     problems (evals every 2 steps on 64 were half the sweep's time): run once, read by both
     tests below. Returns the folder and the sweep's output."""
     cwd = tmp_path_factory.mktemp("smollm2_sweep")
     done = run_sweep(
         cwd, f"model.path={smollm2}", "task=arithmetic", "lr=3e-4,1e-3", "batch_size=8",
-        "group_size=4", "max_tokens=16", "temperature=0.7", "max_steps=4", "eval_every=4",
+        "group_size=4", "max_tokens=16", "temperature=0.7", "max_steps=3", "eval_every=3",
         "task.eval_size=32",
         "hydra.sweeper.study_name=smollm2-kl", timeout=1700,
     )  # fmt: skip
@@ -80,8 +80,5 @@ def test_a_fast_learner_whose_kl_breaches_while_its_reward_rises_is_kept(kl_swee
     evals = sorted(fast.intermediate_values.items())
     assert evals[0][0] == 0 and evals[-1][1] > evals[0][1], evals  # ... while it learned
     assert "Only one configuration completed" not in out, out[-3000:]
-    compared = [
-        line for line in out.splitlines() if "beats the runner-up" in line or "are tied" in line
-    ]
-    assert compared, out[-3000:]
-    assert f"t{fast.number}" in compared[-1] and f"t{slow.number}" in compared[-1], compared
+    decision = verdict_decision(out)  # compares the two, whichever way it decides
+    assert f"t{fast.number}" in decision and f"t{slow.number}" in decision, decision

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import compose_conf, needs_trl, run_sweep, study_in, study_uri, sweep_env
+from conftest import (
+    compose_conf,
+    needs_trl,
+    run_sweep,
+    study_in,
+    study_uri,
+    sweep_env,
+    verdict_decision,
+)
 
 from analysis.__main__ import main as analysis_main
 from records.sweep import TrialAttr
@@ -223,7 +231,7 @@ def test_a_trl_recipe_sweeps_reruns_tuned_and_goes_back_to_trl(tmp_path, monkeyp
         env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Best: t" in done.stdout + done.stderr
+    verdict_decision(done.stdout)
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

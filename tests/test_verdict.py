@@ -231,7 +231,7 @@ def test_a_wide_interval_is_too_few_seeds_not_a_diagnosis():
     v = verdict(
         [_seeds("t0", [0.02, 0.10], stderr=0.02, baseline=0.06, lr=3e-3)], True, None, (0, 1)
     )
-    assert v.decision.startswith("Too few seeds to tell whether training moved anything: t0's")
+    assert v.decision.startswith("Too few seeds to tell if training moved anything: t0's")
     assert "excludes its baseline, yet t0's reaches 0.508 above it" in v.text
     assert "may be far below" not in v.text and "Seeds will not help" not in v.text
 

@@ -50,11 +50,10 @@ def eval_size_warning(task_cfg, problems: int, objective: str, looked_for: float
     if smallest <= looked_for:
         return None
     need = problems_to_detect(looked_for, WIDEST_SD)
+    # Short enough for one terminal line: (docs/sweeping.md, "What a sweep cannot learn") says why.
     return (
-        f"Eval too small: {problems} problems tell two configurations apart (95%) only when their "
-        f"{objective} differs by {smallest:.2f} or more (a 0-1 reward at its widest spread), "
-        f"and more seeds cannot help: {need} problems would tell {looked_for:g}: "
-        f"{_more_problems(task_cfg, problems, need)}"
+        f"Eval too small: {problems} problems tell apart only gaps of {smallest:.2f}+ "
+        f"({_more_problems(task_cfg, problems, need)} tells {looked_for:g})"
     )
 
 

@@ -55,9 +55,9 @@ def plan_sweep(
     checked = check_configurations(config_loader, master_config, space)
     warn_eval_size(config_loader, master_config, space, s.objective, s.min_difference)
     if space.is_discrete:
-        log.info("Checked %d configurations of the search space", checked)
+        log.debug("Checked %d configurations of the search space", checked)
     else:  # a range has no count of configurations: what was checked is its ends
-        log.info("Checked the search space at %d corners (each range at its ends)", checked)
+        log.debug("Checked the search space at %d corners (each range at its ends)", checked)
     if search_sampler.is_grid and search_sampler.planned > s.max_grid_size:
         raise SweepError(
             f"hydra.sweeper.max_grid_size={s.max_grid_size}: the grid has "

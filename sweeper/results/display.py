@@ -163,8 +163,23 @@ def say_started(study_name: str, number: int, params: dict, live: bool) -> None:
         say(line)
 
 
-def end_line(study_name: str, trial: FrozenTrial) -> str:
-    """A trial's last line: its value, or why it was pruned or failed."""
+def end_line(study_name: str, trial: FrozenTrial, counts: str = "") -> str:
+    """A trial's last line: its value and why its race ended (the headline: the evidence is on
+    its MLflow run), or why it was pruned or failed; then `counts` (progress_counts)."""
+    line = _ended(study_name, trial)
+    if trial.state == TrialState.COMPLETE and _raced(trial):
+        line += f"; {_raced(trial)}"
+    return f"{line} {counts}" if counts else line
+
+
+def progress_counts(study: optuna.Study, planned: int) -> str:
+    """`(2/4 done)`, with the pruned and failed ones when there are any."""
+    c = Counts.of(study)
+    broken = [f"{n} {what}" for n, what in ((c.pruned, "pruned"), (c.failed, "failed")) if n]
+    return f"({c.done}/{planned} done{', ' if broken else ''}{', '.join(broken)})"
+
+
+def _ended(study_name: str, trial: FrozenTrial) -> str:
     head = f"[sweep {study_name}] t{trial.number} {short(trial.params)}".rstrip()
     steps = trial.user_attrs.get(TrialAttr.STEPS_RUN)
     at = f" at step {steps}" if steps is not None else ""

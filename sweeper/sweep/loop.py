@@ -170,8 +170,8 @@ class SweepRunner:
         print("\n".join([table, *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
-        if (line := f"{line}; {stopped}" if stopped else line) != self.last_progress:
-            say(line)  # not again when the last trial's line said it
+        if stopped or line != self.last_progress:  # the verdict above holds the rest
+            say(f"{line}; {stopped}" if stopped else line)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -345,8 +345,11 @@ class SweepRunner:
         tell_if_still_ours(study, flight, step.why if step else "", self.s, self.name)
         told = oa.fresh(study, oa.trial_id(flight.trial))
         if told.state.is_finished() and not is_interrupted(told):  # else tell said why
-            say(display.end_line(self.name, told))
-        self._say_progress(study)
+            counts = display.progress_counts(study, self.search_sampler.planned)
+            say(display.end_line(self.name, told, counts))
+            self.last_progress = progress_line(study, self.search_sampler.planned, self.s.maximize)
+        else:
+            self._say_progress(study)
         self._stop_if_nothing_to_gain(study)
         self.tuned.update(study)
         return True

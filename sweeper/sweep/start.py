@@ -35,10 +35,7 @@ def start_sweep(plan: SweepPlan, experiment: str) -> tuple[optuna.Study, str]:
         say(f"[sweep {name}] terminator=false: the study runs on past its stop")
     swept = " ".join(f"{p.key}={p.spec}" for p in plan.space.params.values()) or "defaults"
     if s.race:
-        seeds = (
-            f", seeds raced: {s.seeds} each, then one more at a time while the verdict needs"
-            f" it (max {s.max_seeds})"
-        )
+        seeds = f", seeds raced: {s.seeds} each, up to {s.max_seeds}"
     else:
         seeds = f" x {s.seeds} seeds" if s.seeds > 1 else ""
     say(

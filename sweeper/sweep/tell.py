@@ -102,8 +102,7 @@ def tell_outcome(
     """The configuration's outcome, from what its seeds recorded, into the study."""
     trial = flight.trial
     if race:
-        trial.set_user_attr(TrialAttr.RACE, race)
-        say(f"[sweep {name}] t{trial.number}: {race}")
+        trial.set_user_attr(TrialAttr.RACE, race)  # its headline ends the trial's end line
     recorded = {r.seed: r for r in replicates(oa.fresh(study, oa.trial_id(trial)))}
     # A seed carried over from an interrupted run has no job here (None): it completed.
     errors = {seed: ret and oa.job_error(ret) for seed, ret in flight.ended.items()}

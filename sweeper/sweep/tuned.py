@@ -1,5 +1,6 @@
 """tuned/<study>.yaml: the best trial's composed config, rewritten whenever the study has a
-new best trial, and once more at the end so that its notes carry the final verdict."""
+new best trial, and once more at the end so that its notes carry the final verdict. Written
+quietly: the verdict's last lines name it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from records.sweep import TrialAttr, best_trial
 from records.tuned_file import tuned_notes, tuned_path, write_tuned
 from sweeper.plan.preflight import compose
 from sweeper.plan.settings import SweepSettings
-from sweeper.results.display import say
 
 
 class TunedFile:
@@ -23,7 +23,6 @@ class TunedFile:
         self.name, self.s = name, settings
         self.config_loader, self.config = config_loader, config
         self.best_written: int | None = None
-        self.best_said: int | None = None  # "new best" once per best, not again on a rewrite
 
     def update(self, study: optuna.Study, rewrite: bool = False) -> None:
         """Rewrite tuned/<study>.yaml whenever the study has a new best trial (rewrite: even
@@ -42,6 +41,3 @@ class TunedFile:
         path = tuned_path(self.name)
         write_tuned(path, cfg, overrides, notes)
         self.best_written = best.number
-        if best.number != self.best_said:
-            say(f"[sweep {self.name}] new best t{best.number}: wrote {path}")
-            self.best_said = best.number
