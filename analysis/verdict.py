@@ -223,8 +223,9 @@ def verdict(
         elif cannot:  # none shown better or worse, but none can beat it by what counts
             worse = [*shown, *eliminated]
             also = f"; {_names(worse)} worse" if worse else ""
+            who = "no other can" if not worse else f"{_names(cannot)} cannot"
             decision = (
-                f"{best.label} ({params}) is as good as any: {_names(cannot)} cannot beat it by "
+                f"{best.label} ({params}) is as good as any: {who} beat it by "
                 f"min_difference{also}; mean {_one_number(best)}."
             )
         else:

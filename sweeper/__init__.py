@@ -33,7 +33,7 @@ sweep/       running the plan
   tuned           tuned/<study>.yaml, rewritten on each new best trial
   devices         one job per GPU from a device pool
   job             each job's task function: one seed trained, reported to MLflow and Optuna,
-                  pruned when a health rule (trainer/run/health.py) fires or the objective
+                  pruned when a health rule (trainer/run/health/) fires or the objective
                   pruner says so
   forecaster      pruner=forecast: a trial's eval curve forecast, pruned when it cannot win
   signals         process signals (SIGTERM, SIGHUP) interrupt like Ctrl-C; job processes end

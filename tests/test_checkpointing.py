@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from records.metrics import EVAL_REWARD
 from records.sweep import State, StudyAttr, Tag, replicates
 from sweeper.sweep import job
+from trainer.backends import resumed_step
 from trainer.model import packing
 from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.token_batch import collate
@@ -267,7 +268,7 @@ def test_a_sweep_trial_records_the_step_it_loaded_not_the_one_it_guessed(
     for name in unfit:
         _wrong_shape_weight(output_dir / "checkpoints" / name, tmp_path / "marker")
     study, cfg = _bound_trial(tmp_path, output_dir, *SMALL, "max_steps=6")
-    assert job._resumed_from(cfg) == 4  # the guess: the newest that reads
+    assert resumed_step(cfg) == 4  # the guess: the newest that reads
     job.run_trial(cfg)
     (seed_run,) = replicates(study.trials[0])
     assert seed_run.state == State.COMPLETE and seed_run.steps_run == 6

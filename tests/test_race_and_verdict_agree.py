@@ -26,7 +26,7 @@ CURVES = Path(__file__).resolve().parents[1] / "bench" / "results" / "curves"
 # The held-out sets of bench/COST.md: 23 seeds each, seeds 35-79 ... 219-263 (odd from 23 on)
 HELD_OUT = [range(start, start + 45, 2) for start in (35, 81, 127, 173, 219)]
 TASKS = ("addition", "addition_length")
-REPLAYS = 2  # seed orders and queues a pool is replayed in
+REPLAYS = 1  # a seed order and queue a pool is replayed in (11 pools, 10 configurations each)
 STOPPED = ("eliminated", "cannot beat")
 TIED = "Tied at this sample size: "
 

@@ -107,7 +107,7 @@ def test_on_policy_kl_is_numerical_noise_and_substeps_raise_it(
             off_policy,
         )
     assert max(off_policy.series("kl_sample_train_v2").values()) > 0.01
-    # The sweep's health rules, as warnings: the same bound and patience (trainer/run/health.py).
+    # The sweep's health rules, as warnings: the same bound and patience (trainer/run/health/).
     assert "health prune: sampler_kl: kl_sample_train_v2=" in caplog.text
     assert "> 0.01 at step" in caplog.text
 

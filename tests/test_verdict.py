@@ -311,3 +311,19 @@ def test_the_first_line_of_a_tie_says_tied_and_what_would_separate_them():
     assert v.decision.startswith("Tied at this sample size: ")
     assert "seeds each would separate" in v.decision or "means are equal" in v.decision
     assert v.next_step.startswith("Next: ") and len(v.decision) <= 120
+
+
+def test_one_no_other_can_beat_by_min_difference_is_as_good_as_any_not_the_best():
+    # t1's race stopped it: even its optimistic bound could not beat t0 by min_difference.
+    # Their seed-paired difference holds zero, so the verdict names no winner, only that no
+    # other configuration is worth more seeds against t0.
+    from dataclasses import replace
+
+    from judge.configs import config
+
+    t0 = config("t0", (0.40, 0.44, 0.42), (0, 1, 2))
+    t1 = replace(config("t1", (0.39, 0.43), (0, 1)), race="cannot beat t0 after 2 seeds: ...")
+    v = verdict([t0, t1], True, 5)
+    assert v.decision.startswith("t0 (defaults) is as good as any: no other can beat it by")
+    assert "beat every other" not in v.decision and len(v.decision) <= 120
+    assert v.next_step.startswith("Next: train with t0's settings")

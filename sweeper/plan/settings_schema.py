@@ -120,7 +120,7 @@ class GRPOSweeperConf:
     # --- pruning ---
     # Health rules checked after every training step; the first that fires prunes the trial
     # and is recorded (rule, value, bound, step). null: the calibrated defaults of
-    # trainer/run/health.py (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
+    # trainer/run/health/ (KL past kl_threshold, non-finite loss or grad norm, collapse signs);
     # [] turns health pruning off. Each rule: {name, metric, check (above, below, not_finite,
     # below_baseline, below_peak, ratio_below, ratio_above), bound, patience, warmup_steps,
     # advice, action (prune, warn), guard (none, not_rising, rising,

@@ -63,7 +63,7 @@ from trainer.run.health import (
 log = logging.getLogger(__name__)
 
 # --- stopping a trial early ------------------------------------------------------
-# Health rules (trainer/run/health.py) are our own: Optuna's `trial.report` takes one value per
+# Health rules (trainer/run/health/) are our own: Optuna's `trial.report` takes one value per
 # step, and that value is the objective (eval reward), so rules on other metrics cannot go
 # through it. The reporter checks them after every step and raises `TrialPruned` with the
 # breach; the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays

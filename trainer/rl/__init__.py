@@ -4,6 +4,6 @@ and async pipelines around it (pipelines, with their settings in pipeline_settin
 the policy's contract: `Policy` (trainer/model/policy.py), `collate` and `TokenBatch`
 (trainer/model/token_batch.py) and `Rollout` (trainer/model/rollout.py), never the machinery
 behind it (tests/test_import_graph.py holds it so). The health rules a run is checked by are
-trainer/run/health.py's, beside the loop that applies them. May import trainer.base,
+trainer/run/health/, beside the loop that applies them. May import trainer.base,
 trainer.model, trainer.env and trainer.sampling.
 """

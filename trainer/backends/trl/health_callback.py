@@ -7,7 +7,7 @@
     trainer.add_callback(HealthCallback(trainer))              # and on the KLs it computes
 
 Each log of TRL's is read under our metric names (mapping.our_metrics, the backend's own
-mapping) and checked by the rules a sweep prunes by (trainer/run/health.py's defaults, or a
+mapping) and checked by the rules a sweep prunes by (trainer/run/health/ defaults, or a
 list given), one step of ours being one generation round (steps_per_generation /
 gradient_accumulation_steps of TRL's optimizer steps). Given the trainer, the callback also
 computes what the backend computes on its own trainer: the post-update KL, the sampler-vs-
