@@ -46,8 +46,9 @@ STORE_FILE = {"mlflow": "mlflow.db", "optuna": "sweeps.db"}
 
 # The other client: for each round folder in turn, it joins the sweep's barrier for every
 # store that reaches it, begins polling its own store the moment it has joined that one's,
-# and polls until the round's `stop` file exists. A poll that fails is the client's own
-# business (printed); the store it then reads must be the whole one the sweep made.
+# and polls until the round's `stop` file exists, then once more. A poll that fails is the
+# client's own business (printed); the store it then reads must be the whole one the sweep made
+# (its last poll, after the sweep's write, must read it: polls in between may all have failed).
 OTHER_CLIENT = r"""
 import os, sys, time, zlib
 from pathlib import Path
@@ -74,8 +75,9 @@ for folder in map(Path, folders):
     while not (folder / "barrier").is_dir():
         time.sleep(0.01)
     print("ready", flush=True)
-    ok, errors = 0, []
-    while not (folder / "stop").exists():
+    ok, errors, last = 0, [], False
+    while not last:
+        last = (folder / "stop").exists()  # one poll more after it: the store is whole by then
         for waiting in (folder / "barrier").iterdir():
             tag = waiting.name.split("-")[0]
             if tag not in joined:
