@@ -166,9 +166,9 @@ def say_started(study_name: str, number: int, params: dict, live: bool) -> None:
 def end_line(study_name: str, trial: FrozenTrial, counts: str = "") -> str:
     """A trial's last line: its value and why its race ended (the headline: the evidence is on
     its MLflow run), or why it was pruned or failed; then `counts` (progress_counts)."""
-    line = _ended(study_name, trial)
-    if trial.state == TrialState.COMPLETE and _raced(trial):  # whom it is tied with: the table
-        line += f"; {_raced(trial).split(',')[0]}"
+    line, race = _ended(study_name, trial), _raced(trial)  # _raced: "" unless COMPLETE
+    if race:  # whom it is tied with: the table
+        line += f"; {race.split(',')[0]}"
     return f"{line} {counts}" if counts else line
 
 
