@@ -57,7 +57,7 @@ from optuna.trial import TrialState
 from analysis.rule_replay import at_cadence, library_run
 from analysis.verdict import sweep_verdict
 from judge import forecast as forecast_math
-from judge import stats
+from judge import race, stats
 from judge.stats import MIN_SEEDS, mean_and_stderr
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
@@ -451,12 +451,12 @@ class Sweep:
                 self.policy.min_difference,
                 self.policy.wait_for_leader,
             )
-            if step.action == racing.SEED:
+            if step.action == race.SEED:
                 flight.phase = "training"
                 flight.seeds.append(max(flight.seeds) + 1)
                 pending.appendleft((flight.trial.number, flight.seeds[-1]))
                 return False
-            if step.action == racing.HOLD:
+            if step.action == race.HOLD:
                 flight.phase = "holding"
                 return False
         del self.flights[flight.trial.number]

@@ -47,9 +47,9 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 from analysis.verdict import verdict
 from judge import stats
 from judge.configs import Config, Seed, config
+from judge.race import HOLD, SEED, STOP, decide, minimal_difference
 from judge.stats import MIN_SEEDS, mean_and_stderr, z_quantile
 from records.sweep import replicates
-from sweeper.sweep.racing import HOLD, SEED, STOP, decide, minimal_difference
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MAX_SEEDS = 5

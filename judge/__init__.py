@@ -3,8 +3,10 @@
 - stats: intervals, the race's levels and bounds, the seed-paired fit;
 - forecast: a configuration's final objective forecast from its curve (pruner=forecast);
 - configs: one configuration as a sweep recorded it (its seeds), built once from a trial;
-- compare: the one comparison of two configurations, with its interval.
+- compare: the one comparison of two configurations, with its interval;
+- race: what one configuration does next in a race of seeds (seed, stop or hold).
 
-A floor of its own, above the trainer and below analysis/ (the reader and the report) and
-sweeper/ (the race is a policy that calls it): it imports records/ only.
+A floor of its own above records/, the only package it imports. The trainer (an eval's
+standard error), analysis/ (the reader and the report) and sweeper/ (which reads a live study
+for the race) use it.
 """

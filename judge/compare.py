@@ -1,5 +1,5 @@
 """The one comparison of two configurations: a minus b with its interval, as the race decides
-on it (sweeper/sweep/racing.py) and the verdict reports it (analysis/verdict.py).
+on it (judge/race.py) and the verdict reports it (analysis/verdict.py).
 
 Sharpest valid interval first (judge/stats.py says why each):
   - paired by seed: the blocked fit (configuration + seed) over every configuration with
@@ -18,7 +18,6 @@ from dataclasses import replace
 from judge import stats
 from judge.configs import Config
 from judge.stats import MIN_SEEDS, Interval, mean_and_stderr
-from records.metrics import is_finite_number
 
 
 class Judge:
@@ -72,7 +71,7 @@ def signed(i: Interval, sign: int) -> Interval:
 
 
 def _per_problem(c: Config) -> list[float] | None:
-    seeds = [s for s in c.seeds if is_finite_number(s.value) and s.per_problem]
+    seeds = [s for s in c.completed if s.per_problem]
     return list(seeds[0].per_problem) if len(seeds) == 1 else None
 
 
@@ -84,4 +83,4 @@ def _stderr(c: Config) -> float | None:
     """Seed-to-seed with several seeds, else the one seed's eval stderr."""
     if len(c.values) >= 2:
         return mean_and_stderr(c.values)[1]
-    return next((s.stderr for s in c.seeds if is_finite_number(s.value)), None)
+    return next((s.stderr for s in c.completed), None)

@@ -27,18 +27,21 @@ class Config:
     params: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[Seed, ...] = ()
     baseline: float | None = None  # mean eval reward at step 0 over its seeds
-    race: str = ""  # seeds=auto: why it got the seeds it got (sweeper/sweep/racing.py)
+    race: str = ""  # seeds=auto: why it got the seeds it got (judge/race.py)
     open: bool = False  # still racing or held (its trial not told yet)
 
     @property
+    def completed(self) -> list[Seed]:
+        """The seeds with a value (completed, finite)."""
+        return [s for s in self.seeds if is_finite_number(s.value)]
+
+    @property
     def values(self) -> list[float]:
-        return [s.value for s in self.seeds if is_finite_number(s.value)]
+        return [s.value for s in self.completed]
 
     @property
     def by_seed(self) -> dict[int, float]:
-        return {
-            s.seed: s.value for s in self.seeds if s.seed is not None and is_finite_number(s.value)
-        }
+        return {s.seed: s.value for s in self.completed if s.seed is not None}
 
     @property
     def paired(self) -> bool:

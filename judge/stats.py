@@ -31,12 +31,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from records.metrics import mean_and_stderr
-
 LEVEL = 0.95
 FAMILY_LEVEL = LEVEL  # seeds=auto: the level over all looks of one configuration together
 
-# Seeds every configuration gets with seeds=auto before the race may stop it (sweeper/sweep/racing.py):
+# Seeds every configuration gets with seeds=auto before the race may stop it (judge/race.py):
 # one seed has no run-to-run variance, so nothing is eliminated on it.
 MIN_SEEDS = 2
 
@@ -74,6 +72,17 @@ class Interval:
     @property
     def excludes_zero(self) -> bool:
         return self.known and (self.low > 0 or self.high < 0)
+
+
+def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error (an eval's `<metric>/stderr` over its problems, a mean over
+    seeds), sd / sqrt(n) with the n-1 (sample) sd; 0 for one value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(variance / n)
 
 
 def rank_value(value: float) -> float:
@@ -194,7 +203,7 @@ def _normal_z(level: float) -> float:
     return statistics.NormalDist().inv_cdf((1 + level) / 2)
 
 
-# The race's arithmetic (sweeper/sweep/racing.py decides with it; the verdict reports with it).
+# The race's arithmetic (judge/race.py decides with it; the verdict reports with it).
 def look_level(max_seeds: int, configurations: int = 2) -> float:
     """The per-look confidence level: Bonferroni over a configuration's possible looks and
     over the configurations - 1 comparisons with the leader a verdict makes."""

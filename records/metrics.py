@@ -76,17 +76,6 @@ def stderr_of(mean_metric: str) -> str:
     return mean_metric.removesuffix("/mean") + "/stderr"
 
 
-def mean_and_stderr(values: list[float]) -> tuple[float, float]:
-    """Mean and its standard error (an eval's `<metric>/stderr` over its problems, a mean over
-    seeds), sd / sqrt(n) with the n-1 (sample) sd; 0 for one value."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, 0.0
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(variance / n)
-
-
 def reward_part(name: str) -> str:
     """The metric of one of the task's rewards, beside the total: `reward/last_number`."""
     return f"reward/{name}"

@@ -127,7 +127,7 @@ class TrialAttr:
     INTERRUPTED = "interrupted"
     LOST_IN_A_ROW = "lost_in_a_row"  # times its point was lost to the infrastructure in a row
     CHECKPOINTS_SEEN = "checkpoints_seen"  # its checkpoint folders when it was last lost
-    RACE = "race"  # seeds=auto: why it got the seeds it got (sweeper/sweep/racing.py), one line
+    RACE = "race"  # seeds=auto: why it got the seeds it got (judge/race.py), one line
     REPLICATE_PREFIX = "replicate_"  # + seed: a Replicate as a dict, written by its job
 
 

@@ -1,4 +1,4 @@
-"""Racing seeds (sweeper/sweep/racing.py) on hand-computed numbers: each decision a configuration
+"""Racing seeds (judge/race.py) on hand-computed numbers: each decision a configuration
 can reach after a look, and the verdict's words for a raced study."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import pytest
 from analysis.verdict import Config, Seed, verdict
 from judge import stats
 from judge.configs import config
+from judge.race import HOLD, SEED, STOP, Step, decide, minimal_difference
 from judge.stats import look_level, seeds_to_separate
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep.flights import InFlight, Phase, seeds_of
-from sweeper.sweep.racing import HOLD, SEED, STOP, Step, decide, minimal_difference
 
 LEVEL_5 = 1 - 0.05 / 4  # max_seeds=5: looks after seeds 2, 3, 4 and 5
 

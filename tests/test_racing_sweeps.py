@@ -74,7 +74,7 @@ def test_a_tie_at_the_cap_is_reported_as_a_tie(tmp_path):
 def test_a_configuration_tied_with_a_racing_leader_waits_until_the_leader_is_told(tmp_path):
     # The objective is the lr, which both share: tied exactly, and t0 leads (the first by
     # label). t0 holds after its 2 seeds, leading the known ones while t1 is to come; t1's tie
-    # is judged against t0 still open, so t1 holds too (racing.py _stop_or_wait) and is told
+    # is judged against t0 still open, so t1 holds too (judge/race.py _stop_or_wait) and is told
     # only after t0. Without the wait, t1 would be told first, at its own look.
     done = run_sweep(tmp_path, "kl_discount_factor=0.0,0.5", *BY_LR)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -51,9 +51,9 @@ class SweepSettings:
     objective: str
     n_trials: int
     seeds: int  # seeds each configuration starts with (all it gets, unless racing)
-    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (sweep/racing.py)
+    race: bool  # seeds=auto: more seeds only while the verdict is uncertain (judge/race.py)
     max_seeds: int
-    min_difference: float | None  # seeds=auto: None, the eval's standard error (sweep/racing.py)
+    min_difference: float | None  # seeds=auto: None, the eval's standard error (judge/race.py)
     terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int

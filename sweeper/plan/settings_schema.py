@@ -53,7 +53,7 @@ class GRPOSweeperConf:
     n_trials: int = 20  # configurations in total for tpe/random/gp/cmaes (all workers)
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
-    # `auto` (the default) races them (sweeper/sweep/racing.py): 2 seeds each, then one more at
+    # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
     # a time only for configurations the verdict cannot yet tell apart from the leader, up to
     # max_seeds. Why the default: on held-out recorded grids it named the best at least as often
     # as a 3-seed grid, with no more regret, at 0.66-0.72 of its training steps (bench/COST.md,

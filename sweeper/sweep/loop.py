@@ -36,6 +36,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from analysis.verdict import study_verdict
+from judge import race
 from records.database import DatabaseUnreachable
 from records.sweep import (
     State,
@@ -333,12 +334,12 @@ class SweepRunner:
             step = racing.look(
                 trials, me, self.s.max_seeds, self.s.maximize, grid, self.s.min_difference
             )
-            if step.action == racing.SEED:
+            if step.action == race.SEED:
                 flight.phase = Phase.TRAINING
                 flight.seeds.append(max(flight.seeds) + 1)
                 pending.appendleft(self._job(flight, flight.seeds[-1]))  # before new configs
                 return False
-            if step.action == racing.HOLD:
+            if step.action == race.HOLD:
                 flight.phase = Phase.HOLDING
                 return False
         del self.in_flight[flight.trial.number]

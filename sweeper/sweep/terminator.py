@@ -29,7 +29,7 @@ from optuna.study import StudyDirection
 from optuna.terminator import RegretBoundEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from records.metrics import mean_and_stderr
+from judge.stats import mean_and_stderr
 from records.sweep import State, best_trial, finite_or_none, replicates
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from typing import Protocol
 import torch
 from omegaconf import DictConfig
 
+from judge.stats import mean_and_stderr
 from records import metrics as metrics_names
 from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
@@ -237,14 +238,12 @@ def evaluate(
         metrics[metrics_names.EVAL_UNTRUNCATED] = sum(finished) / len(finished)
     # Each reward's per-problem mean too, so a sweep whose objective is one reward (the
     # correctness one, where the total can be gamed) gets its stderr: racing's min_difference
-    # and the verdict's per-problem pairing read them (sweeper/sweep/racing.py).
+    # and the verdict's per-problem pairing read them (judge/race.py).
     for name in dict.fromkeys(name for _, parts in scored for name in parts):
         values = [parts[name] for _, parts in scored]
         per_problem[metrics_names.eval_reward_part(name)] = _per_problem(values, k)
     for name, values in per_problem.items():
-        metrics[name], metrics[metrics_names.stderr_of(name)] = metrics_names.mean_and_stderr(
-            values
-        )
+        metrics[name], metrics[metrics_names.stderr_of(name)] = mean_and_stderr(values)
     return metrics, per_problem
 
 
