@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -119,8 +120,34 @@ def study_uri(cwd: Path) -> str:
     return f"sqlite:///{cwd}/sweeps.db"
 
 
-def sweep_env(cwd: Path) -> dict[str, str]:
+def sweep_env(cwd: Path, store: bool = True) -> dict[str, str]:
+    """The environment of a sweep in cwd: its own MLflow store there. store: the store is
+    placed first, already migrated (`placed_store`); False: the sweep makes it, as a
+    newcomer's first sweep does."""
+    if store:
+        placed_store(cwd)
     return {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri(cwd)}
+
+
+_STORE_TEMPLATE: list[Path] = []  # this test process's migrated store, made on first use
+
+
+def placed_store(cwd: Path) -> None:
+    """An empty MLflow store at cwd/mlflow.db, unless one is there: a copy of one made once
+    per test process by the sweep's own code (records/tracking.py). MLflow's migrations cost
+    ~3 s a fresh store (bench/BENCHMARKS.md, "overhead once per sweep"), for every sweep;
+    making a store has tests of its own (test_sqlite_store_race.py, test_concurrent_start.py,
+    and every test whose sweep passes store=False)."""
+    target = cwd / "mlflow.db"
+    if target.exists():
+        return
+    if not _STORE_TEMPLATE:
+        from records.tracking import tracking_client
+
+        folder = Path(tempfile.mkdtemp(prefix="mlflow-template-"))
+        tracking_client(mlflow_uri(folder)).search_experiments(max_results=1)
+        _STORE_TEMPLATE.append(folder / "mlflow.db")
+    shutil.copyfile(_STORE_TEMPLATE[0], target)
 
 
 ONE_SEED = "hydra.sweeper.seeds=1"
@@ -155,10 +182,12 @@ def verdict_decision(stdout: str) -> str:
     return verdict[0]
 
 
-def run_sweep(cwd: Path, *args: str, timeout: int = 600, **popen) -> subprocess.CompletedProcess:
+def run_sweep(
+    cwd: Path, *args: str, timeout: int = 600, store: bool = True, **popen
+) -> subprocess.CompletedProcess:
     """`python -m sweeper -m <args>` in cwd (one seed unless args name the seeds), with its own
-    MLflow store there (popen's env, when given, replaces sweep_env(cwd))."""
-    popen.setdefault("env", sweep_env(cwd))
+    MLflow store there (popen's env, when given, replaces sweep_env(cwd, store))."""
+    popen.setdefault("env", sweep_env(cwd, store))
     return subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *one_seed_unless_named(args)],
         cwd=cwd,

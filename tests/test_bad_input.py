@@ -118,7 +118,7 @@ def test_bad_input_fails_before_any_trial(tmp_path, env, args, message):
     for name, path in files.items():
         args = [a.replace(name, str(path)) for a in args]
         message = message.replace(name, str(path))
-    environment = {**sweep_env(tmp_path), **env}
+    environment = {**sweep_env(tmp_path, store=False), **env}
     done = subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *args],
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=180,

@@ -113,10 +113,12 @@ def test_a_warning_every_trial_gives_is_said_once_a_sweep():
     ]
 
 
-def _spent(steps_by_seed: dict[int, int], params: dict | None = None) -> FrozenTrial:
+def _spent(steps_by_seed: dict[int, int], params: dict | None = None, run: str = "") -> FrozenTrial:
+    """A trial with a completed seed run of `steps` for each seed; run: the runs' MLflow ids
+    start with it (a seed carried over to a configuration queued again keeps its run)."""
     runs = {
         replicate_key(seed): Replicate(
-            seed, State.COMPLETE, 0.3, None, steps, None, "", None
+            seed, State.COMPLETE, 0.3, None, steps, None, "", f"{run}{seed}" if run else None
         ).as_attr()
         for seed, steps in steps_by_seed.items()
     }
@@ -131,10 +133,19 @@ def _spent(steps_by_seed: dict[int, int], params: dict | None = None) -> FrozenT
 def test_a_grid_sweep_s_cost_is_its_training_steps_against_a_three_seed_grid():
     # 3 configurations of 50 steps: a 3-seed grid takes 450; raced 50+50, 50+50+50, and one
     # pruned at step 20 of its first seed: 270 steps in 6 runs, 60%
-    trials = [_spent({0: 50, 1: 50}), _spent({0: 50, 1: 50, 2: 50}), _spent({0: 20})]
+    trials = [
+        _spent({0: 50, 1: 50}, {"group_size": 2}),
+        _spent({0: 50, 1: 50, 2: 50}, {"group_size": 4}),
+        _spent({0: 20}, {"group_size": 8}),
+    ]
     assert cost_line(trials, 50) == (
         "Cost: 270 training steps in 6 runs, 60% of the 450 a 3-seed grid takes."
     )
+    # interrupted and queued again: the new trial carries the first one's seed runs; still
+    # one configuration, and each run counted once
+    again = [_spent({0: 50, 1: 50}, {"group_size": 2}, run="a"), trials[1], trials[2]]
+    again.append(_spent({0: 50, 1: 50}, {"group_size": 2}, run="a"))
+    assert cost_line(again, 50) == cost_line(trials, 50)
     # a swept max_steps is each configuration's own
     mixed = [_spent({0: 10}, {"max_steps": 10}), _spent({0: 30}, {"max_steps": 30})]
     assert (

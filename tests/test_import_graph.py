@@ -1,6 +1,7 @@
 """The project's import graph, read from the source with `ast`: no cycle, the packages in
 their layers (records, what runs and sweeps record and the stores that keep it, at the bottom;
-the trainer on it, the judge (how a sweep decides) above, analysis above it, the sweeper on top, Hydra's plugin over all), the trainer's
+the judge (how a sweep decides, and the statistics the trainer's eval reports) on it, the
+trainer above, analysis above it, the sweeper on top, Hydra's plugin over all), the trainer's
 sub-packages in theirs (TRAINER_LAYERS, bottom first), the algorithm (trainer/rl/) reading of
 trainer/model only the policy's contract (POLICY_CONTRACT), and the sweeper's stages in theirs
 (SWEEPER_STAGES).
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The packages bottom first: each may import its own modules and those of the packages before
 # it here, never one after (hydra_plugins is the plugin Hydra finds, which hands over to the
 # sweeper).
-PACKAGES = ("records", "trainer", "judge", "analysis", "sweeper", "hydra_plugins")
+PACKAGES = ("records", "judge", "trainer", "analysis", "sweeper", "hydra_plugins")
 FORBIDDEN = {package: set(PACKAGES[i + 1 :]) for i, package in enumerate(PACKAGES)}
 # Hydra imports the sweeper's settings schema whenever it scans its plugins: it stays light.
 SETTINGS_SCHEMA = "sweeper.plan.settings_schema"
@@ -298,8 +299,8 @@ def test_the_settings_schema_hydra_scans_imports_only_names():
 
 def test_the_package_order_forbids_every_import_upward():
     assert FORBIDDEN["records"] == {"trainer", "judge", "analysis", "sweeper", "hydra_plugins"}
-    assert FORBIDDEN["trainer"] == {"judge", "analysis", "sweeper", "hydra_plugins"}
-    assert FORBIDDEN["judge"] == {"analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["judge"] == {"trainer", "analysis", "sweeper", "hydra_plugins"}
+    assert FORBIDDEN["trainer"] == {"analysis", "sweeper", "hydra_plugins"}
     assert FORBIDDEN["analysis"] == {"sweeper", "hydra_plugins"}
     assert FORBIDDEN["hydra_plugins"] == set()
 

@@ -227,7 +227,7 @@ def test_a_failing_trial_does_not_stop_the_sweep(tmp_path):
     ],
 )
 def test_bad_points_fail_before_anything_is_created(tmp_path, args, expected):
-    result = run_sweep(tmp_path, *args, timeout=120)
+    result = run_sweep(tmp_path, *args, timeout=120, store=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(expected)
     assert not (tmp_path / "sweeps.db").exists() and not (tmp_path / "mlflow.db").exists()

@@ -296,13 +296,18 @@ GRID_SEEDS = 3
 
 
 def cost_line(trials: list[FrozenTrial], max_steps: int) -> str:
-    """What a grid sweep spent, in training steps over every seed and configuration, against
-    a plain grid of GRID_SEEDS seeds of the same configurations."""
-    spent = sum(int(t.user_attrs.get(TrialAttr.STEPS_RUN) or 0) for t in trials)
-    runs = sum(len(replicates(t)) for t in trials)
-    full = sum(GRID_SEEDS * int(t.params.get("max_steps", max_steps)) for t in trials)
+    """What a grid sweep spent, in training steps over every seed run, against a plain grid of
+    GRID_SEEDS seeds of the same configurations. A configuration queued again after an
+    interrupt is one configuration, and a seed run carried over to it one run."""
+    runs = {}
+    for i, t in enumerate(trials):
+        for r in replicates(t):
+            runs.setdefault(r.run_id or (i, r.seed), r)
+    spent = sum(r.steps_run or 0 for r in runs.values())
+    configurations = {tuple(sorted(t.params.items())): t for t in trials}.values()
+    full = sum(GRID_SEEDS * int(t.params.get("max_steps", max_steps)) for t in configurations)
     share = f", {spent / full:.0%} of the {full:,} a {GRID_SEEDS}-seed grid takes" if full else ""
-    return f"Cost: {spent:,} training steps in {runs} runs{share}."
+    return f"Cost: {spent:,} training steps in {len(runs)} runs{share}."
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:
