@@ -3,6 +3,7 @@
 Modules, one job each (the records and stores they read are records/'s):
   load        Optuna storage + MLflow -> per-trial records and per-step histories
   verdict     each configuration's mean and interval; best, tied or too few seeds to tell
+  next_step   the verdict's next step: a recorded cause seeds cannot fix, else more seeds
   advice      rules of thumb -> "what to try next"
   plots       the figures (matplotlib, Agg)
   kl_plots    the KL figures, with the study's health rules drawn as it pruned with them

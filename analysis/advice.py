@@ -18,6 +18,7 @@ from statistics import mean, median
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from analysis.load import StudyData, TrialRecord
+from analysis.next_step import MORE_SIGNAL
 from analysis.verdict import study_verdict
 from judge.forecast import FORECAST, is_unsafe
 from records.metrics import GROUPS_ALL_BAD, GROUPS_ALL_GOOD, GROUPS_MIXED, is_finite_number
@@ -118,7 +119,7 @@ def scarce_signal(data: StudyData) -> Advice | None:
     else:
         detail = ""
     return Advice(
-        "Raise group_size, or change the task's difficulty",
+        f"{MORE_SIGNAL[0].upper()}{MORE_SIGNAL[1:]}",
         f"On average only {mean(fracs):.0%} of groups had mixed rewards ({GROUPS_MIXED}); "
         f"a group whose rollouts all score the same gives zero advantage.{detail}",
     )
@@ -147,13 +148,22 @@ def baseline_fit(data: StudyData) -> Advice | None:
 def edge_of_range(data: StudyData) -> list[Advice]:
     """The best trial's value sits at a bound of its range: the optimum may lie beyond. Not
     when the verdict calls the best tied with every other configuration: then no edge is
-    the best's, and seeds come before moving the range."""
+    the best's, and seeds come before moving the range, or the cause the verdict names that
+    seeds cannot fix (analysis/next_step.py)."""
     best = data.best()
     if best is None or len(data.by_state("complete")) < 2:
         return []
     judged = study_verdict(data.study, data.attrs, data.maximize)
     others = [s.label for s in judged.ranked[1:]]
     if others and set(others) <= set(judged.tied_with_best):
+        if (cause := judged.cause) is not None:
+            return [
+                Advice(
+                    f"{cause.do[0].upper()}{cause.do[1:]} before moving the range",
+                    f"The best trial {judged.best.label} is tied with every other configuration "
+                    f"({', '.join(others)}), and more seeds will not tell: {cause.said}.",
+                )
+            ]
         return [
             Advice(
                 "Run more seeds before moving the range (hydra.sweeper.seeds)",

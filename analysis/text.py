@@ -9,6 +9,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.stats import LEVEL, Interval
 from records.metrics import is_finite_number
 from records.sweep import TrialAttr, replicates
 
@@ -95,3 +96,10 @@ def trial_warnings(trial: FrozenTrial) -> list[str]:
         for line in replicate.warnings:
             lines.setdefault(line.split(":", 1)[0], line)
     return list(lines.values())
+
+
+def interval_text(i: Interval, level: float = LEVEL) -> str:
+    """`95% CI 0.3 to 0.5, t over 3 seeds`: an interval and how it was computed."""
+    if not i.known:
+        return f"no interval: {i.method}"
+    return f"{level * 100:.4g}% CI {i.low:.3g} to {i.high:.3g}, {i.method}"

@@ -4,6 +4,9 @@ run broke), the table, and one line of what to run next. The statistics behind i
 pairing, moderation, degrees of freedom) are its `detail`: the HTML report, the study's MLflow
 run description and `hydra.verbose=true` show them.
 
+What to run next is analysis/next_step.py's: before more seeds, a cause seeds cannot fix
+that the study recorded (truncation, no learning signal, an eval too small).
+
 The comparison is the judge's (judge/compare.py), the one the race decided on; a raced
 configuration's stop is the race's decision, printed as the race made it. Read by the sweeper's
 final table, `python -m analysis report`, the tuned file and the study's MLflow run, so all of
@@ -20,7 +23,17 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from analysis.text import show
+from analysis.next_step import (
+    BROKE,
+    Cause,
+    Evidence,
+    cause_of,
+    evidence_of,
+    learned_nothing,
+    more_needed,
+    reuse,
+)
+from analysis.text import interval_text, show
 from judge import stats
 from judge.compare import Judge, signed
 from judge.configs import Config, Seed, configs_from_trials
@@ -54,6 +67,7 @@ class Verdict:
     decision: str = ""  # the first line: what the sweep found, with its one number and interval
     next_step: str = ""  # what to run next, one line
     detail: list[str] = field(default_factory=list)  # the statistics behind the decision
+    cause: Cause | None = None  # why more seeds would not tell, when the study recorded it
 
     @property
     def best(self) -> Summary | None:
@@ -89,7 +103,9 @@ def sweep_verdict(
     configs = configs_from_trials(trials)
     broken = sum(t.state in (TrialState.PRUNED, TrialState.FAIL) for t in trials)
     bounds = objective_range(study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD), configs)
-    out = verdict(configs, maximize, study_attrs.get(StudyAttr.MAX_SEEDS), bounds, broken, study)
+    max_seeds = study_attrs.get(StudyAttr.MAX_SEEDS)
+    evidence = evidence_of(trials, study_attrs)
+    out = verdict(configs, maximize, max_seeds, bounds, broken, study, evidence)
     stopped = study_attrs.get(StudyAttr.STOPPED)
     if stopped:
         out.next_step += f" The search {stopped} (hydra.sweeper.terminator=true)."
@@ -136,12 +152,15 @@ def verdict(
     bounds: tuple[float, float] | None = None,
     broken: int = 0,
     study: str | None = None,
+    evidence: Evidence | None = None,
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the race's
     comparison (judge/compare.py, its pooled seed variance) at a level stricter than the
     race's per-look one (stats.decided_level), so the verdict claims only what the race could.
     bounds: the objective's range (objective_range). broken: configurations that ended pruned
-    or failed. study: its name (the tuned file)."""
+    or failed. study: its name (the tuned file). evidence: what the trials recorded beside
+    their values (analysis/next_step.py; None: only what the configurations hold)."""
+    evidence = evidence or Evidence()
     summaries = [summarize(c, bounds) for c in configs if c.values]
     if not summaries:
         if broken:
@@ -150,8 +169,7 @@ def verdict(
                 None,
                 decision=f"Every run broke: all {broken} configurations were pruned or failed, "
                 "so nothing is compared.",
-                next_step="Next: the table's notes say what broke each one; fix that (a lower lr, "
-                "a looser health rule: docs/health.md), then run again.",
+                next_step=BROKE,
             )
         return Verdict([], None, decision="No completed configuration yet: no verdict.")
     judge = Judge([s.config for s in summaries], raced=max_seeds is not None)
@@ -166,14 +184,14 @@ def verdict(
             "With one seed the interval covers the eval's noise only, not run-to-run noise "
             "(hydra.sweeper.seeds=auto, the default, measures that)."
         )
-    nothing = learned_nothing(ranked, maximize)
+    nothing = learned_nothing(ranked, maximize, cause_of([s.config for s in ranked], evidence))
     if len(ranked) == 1:
         out = Verdict(
             ranked,
             None,
             decision=f"Only {best.label} completed: mean {_one_number(best)}; nothing to "
             "compare it with.",
-            next_step=f"Next: {_reuse(best, study)}.",
+            next_step=reuse(best.label, study),
             detail=detail,
         )
         return _nothing_first(out, nothing)
@@ -188,7 +206,7 @@ def verdict(
     for s in ranked[1:]:
         detail.append(
             f"{best.label} - {s.label}: {gaps[s.label].estimate:.3g}, "
-            f"{_interval_text(gaps[s.label], level)}."
+            f"{interval_text(gaps[s.label], level)}."
         )
     # The race's decisions, as it made them: a configuration it stopped as unable to beat its
     # leader by the difference that counts is not tied with the best, only not worth seeds.
@@ -196,11 +214,14 @@ def verdict(
     eliminated = [label for label in tied if _race_of(ranked, label).startswith("eliminated")]
     group = [label for label in tied if label not in cannot and label not in eliminated]
     unknown = [label for label, gap in gaps.items() if not gap.known]
+    cause = None
     if group or unknown:
         names = _names([best.label, *group, *unknown])
         mate = ranked[[s.label for s in ranked].index((group or unknown)[0])]
-        separate, command = _more_needed(
-            best.config, mate.config, level, max_seeds, judge.variance(gaps[mate.label])
+        together = [s.config for s in ranked if s.label in {best.label, *group, *unknown}]
+        cause = cause_of(together, evidence)
+        separate, next_step = more_needed(
+            best.config, mate.config, level, max_seeds, judge.variance(gaps[mate.label]), cause
         )
         decision = (
             f"Tied at this sample size: {names}; best {best.label} {_one_number(best)}; {separate}."
@@ -210,7 +231,6 @@ def verdict(
                 f"Not decided: {names} (best mean {best.label} {_one_number(best)}); no interval "
                 f"for {_names(unknown)} ({gaps[unknown[0]].method})."
             )
-        next_step = f"Next: {command}."
     else:
         params = show(best.config.params) or "defaults"
         shown = [label for label in gaps if label not in cannot and label not in eliminated]
@@ -235,7 +255,7 @@ def verdict(
             ]
             how = "is the best; " + ", ".join(p for p in parts if p)
             decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
-        next_step = f"Next: {_reuse(best, study)}."
+        next_step = reuse(best.label, study)
     if max_seeds is not None:
         detail.append(race_line([s.config for s in ranked], max_seeds))
         if eliminated:
@@ -253,18 +273,18 @@ def verdict(
                 "hydra.sweeper.min_difference was out of reach; not decided worse than "
                 f"{best.label} at the verdict's {level:.2%}, only given fewer seeds."
             )
-    out = Verdict(ranked, diff, tied, decision, next_step, detail)
+    out = Verdict(ranked, diff, tied, decision, next_step, detail, cause)
     return _nothing_first(out, nothing)
 
 
-def _nothing_first(out: Verdict, nothing: tuple[str, str, str] | None) -> Verdict:
+def _nothing_first(out: Verdict, nothing: tuple[str, str, str, Cause | None] | None) -> Verdict:
     """Nothing learned (or too few seeds to tell) comes before any ranking: its decision and
     next step replace the ranking's, which moves to the detail."""
     if nothing is None:
         return out
-    decision, next_step, why = nothing
+    decision, next_step, why, cause = nothing
     out.detail = [why, out.decision, *out.detail]
-    out.decision, out.next_step = decision, next_step
+    out.decision, out.next_step, out.cause = decision, next_step, cause
     return out
 
 
@@ -275,11 +295,6 @@ def _one_number(s: Summary) -> str:
     if not i.known:
         return f"{s.mean:.3g}, no interval, {seeds}"
     return f"{s.mean:.3g}, 95% CI {i.low:.3g} to {i.high:.3g}, {seeds}"
-
-
-def _reuse(best: Summary, study: str | None) -> str:
-    where = f"tuned/{study}.yaml" if study else "the tuned file"
-    return f"train with {best.label}'s settings ({where}), or search around them"
 
 
 def _names(labels: Sequence[str], most: int = 4) -> str:
@@ -305,27 +320,6 @@ def _race_of(ranked: Sequence[Summary], label: str) -> str:
     return next((s.config.race for s in ranked if s.label == label), "")
 
 
-def _more_needed(
-    a: Config, b: Config, level: float, max_seeds: int | None, pool: stats.Pooled | None = None
-) -> tuple[str, str]:
-    """What would separate two tied configurations, and the command that runs it."""
-    if max_seeds is None or min(len(a.values), len(b.values)) < 2:
-        return (
-            "more seeds would tell",
-            "more seeds (hydra.sweeper.seeds=auto races them) or a larger eval (task.eval_size)",
-        )
-    need = stats.seeds_to_separate(a.values, b.values, level, pool)
-    if not math.isfinite(need):
-        return (
-            "their means are equal",
-            "take either; a larger eval (task.eval_size) or more max_steps may tell them apart",
-        )
-    return (
-        f"~{need} seeds each would separate {b.label} from it",
-        f"hydra.sweeper.max_seeds={need}, or a larger eval (task.eval_size)",
-    )
-
-
 def race_line(configs: Sequence[Config], max_seeds: int) -> str:
     """How many runs each configuration got and why it stopped, best first. The why's headline
     only (before its first colon): the evidence behind it, on the trial's `race` record, its
@@ -339,72 +333,6 @@ def race_line(configs: Sequence[Config], max_seeds: int) -> str:
         f"Seeds raced (seeds=auto, max_seeds={max_seeds}, each look at "
         f"{stats.look_level(max_seeds, len(configs)):.2%}): {runs} training runs, where max_seeds for every "
         f"configuration would take {fixed}. {each}."
-    )
-
-
-def learned_nothing(ranked: Sequence[Summary], maximize: bool) -> tuple[str, str, str] | None:
-    """First of all, whether anything moved off its baseline: (decision, next step, why) or
-    None. "Learned nothing" only when no configuration's interval reaches a gain over its
-    baseline larger than the eval's standard error (the baseline's noise); when none excludes
-    its baseline but some interval reaches such a gain, the seeds are too few to tell, and
-    nothing is diagnosed."""
-    with_baseline = [s for s in ranked if is_finite_number(s.config.baseline) and s.interval.known]
-    if not with_baseline or len(with_baseline) < len(ranked):
-        return None
-    if not all(_holds(s) for s in with_baseline):
-        return None  # some configuration moved off its baseline beyond its interval
-    sign = 1 if maximize else -1
-    top = max(with_baseline, key=lambda s: sign * (s.mean - s.config.baseline))
-    gain = top.mean - top.config.baseline
-    reach = {s.label: _reach(s, sign) for s in with_baseline}
-    wide = [s for s in with_baseline if reach[s.label] > (s.config.eval_stderr or 0.0)]
-    if wide:
-        w = max(wide, key=lambda s: reach[s.label])
-        return (
-            f"Too few seeds to tell if training moved anything: {w.label}'s 95% CI "
-            f"({w.interval.low:.3g} to {w.interval.high:.3g}) holds its baseline "
-            f"{w.config.baseline:.3g}.",
-            "Next: more seeds (hydra.sweeper.max_seeds when raced, else seeds) or longer runs "
-            "(max_steps) would tell.",
-            f"Too few seeds to tell whether training moved anything: no configuration's interval "
-            f"excludes its baseline, yet {w.label}'s reaches {reach[w.label]:.3g} above it "
-            f"({_interval_text(w.interval)}); more seeds (hydra.sweeper.seeds) would tell.",
-        )
-    i = top.interval
-    base = top.config.baseline
-    return (
-        f"Nothing learned: no configuration moved off its baseline; the largest change is "
-        f"{gain:+.3g} ({top.label}, 95% CI {i.low - base:+.3g} to {i.high - base:+.3g}).",
-        f"Next: {_likely_cause(ranked, short=True)}",
-        f"No configuration moved off its baseline by more than the noise: the largest change is "
-        f"{gain:+.3g} ({top.label}, from {base:.4g}), and no interval reaches a "
-        f"gain larger than the eval's standard error. {_likely_cause(ranked)}",
-    )
-
-
-def _holds(s: Summary) -> bool:
-    """The configuration's interval holds its baseline."""
-    return s.interval.low <= s.config.baseline <= s.interval.high
-
-
-def _reach(s: Summary, sign: int) -> float:
-    """The largest gain over its baseline the configuration's interval allows."""
-    edge = s.interval.high if sign == 1 else s.interval.low
-    return sign * (edge - s.config.baseline)
-
-
-def _likely_cause(ranked: Sequence[Summary], short: bool = False) -> str:
-    lrs = [s.config.params["lr"] for s in ranked if isinstance(s.config.params.get("lr"), float)]
-    where = f" (the largest tried here is {max(lrs):g})" if lrs else ""
-    if short:
-        return (
-            f"a larger lr{where} (lr=auto gives the recommendation for this model) or more "
-            "max_steps; seeds will not help until something moves."
-        )
-    return (
-        f"Likely cause: the updates are too small to change this model: lr{where} may be far "
-        "below what it needs (lr=auto gives the recommendation for its size), or max_steps too "
-        "few. Seeds will not help until something moves."
     )
 
 
@@ -425,10 +353,4 @@ def _describe(s: Summary) -> str:
     adjusted = ""
     if s.adjusted is not None and abs(s.adjusted - s.mean) > 1e-9:
         adjusted = f" (seed-adjusted {s.adjusted:.4g}: read at the seeds the others ran)"
-    return f"{s.label} ({params}) {s.mean:.4g}{adjusted}, {_interval_text(s.interval)}"
-
-
-def _interval_text(i: Interval, level: float = stats.LEVEL) -> str:
-    if not i.known:
-        return f"no interval: {i.method}"
-    return f"{level * 100:.4g}% CI {i.low:.3g} to {i.high:.3g}, {i.method}"
+    return f"{s.label} ({params}) {s.mean:.4g}{adjusted}, {interval_text(s.interval)}"

@@ -198,6 +198,26 @@ def problems_to_detect(difference: float, sd: float, level: float = LEVEL) -> in
     return math.ceil(2 * (_normal_z(level) * sd / difference) ** 2)
 
 
+# An eval too small for its sweep, said before the first trial (sweeper/plan/eval_power.py)
+# and in the verdict's next step (analysis/next_step.py), in the same numbers. The reward's own
+# spread is not known before the first trial: the widest a reward in [0, 1] has stands in.
+WIDEST_SD = 0.5  # a reward in [0, 1] when half the problems score 0, half 1
+# The difference a sweep looks for when hydra.sweeper.min_difference does not say: a fifth of
+# a 0-1 reward. Settings of one sweep rarely differ by more; an eval that cannot see this much
+# cannot tell any two of them apart.
+LOOKED_FOR = 0.2
+
+
+def problems_short(problems: int, looked_for: float | None = None) -> int | None:
+    """The eval problems it takes to tell apart `looked_for` (min_difference; None or 0:
+    LOOKED_FOR) when `problems` are too few, else None. More seeds cannot make up for it:
+    every seed scores the same problems."""
+    looked_for = looked_for or LOOKED_FOR
+    if detectable_difference(WIDEST_SD, problems) <= looked_for:
+        return None
+    return problems_to_detect(looked_for, WIDEST_SD)
+
+
 def _normal_z(level: float) -> float:
     # statistics.NormalDist, not scipy: a sweep says this before any trial, in the plan stage
     return statistics.NormalDist().inv_cdf((1 + level) / 2)

@@ -86,6 +86,12 @@ def eval_reward_part(name: str) -> str:
     return f"eval/reward/{name}"
 
 
+def all_cut(truncated) -> bool:
+    """A share cut at max_tokens (EVAL_TRUNCATED) of 1: every completion hit max_tokens
+    before it ended, so the rewards scored cut-off answers."""
+    return is_finite_number(truncated) and truncated >= 1.0
+
+
 def is_finite_number(value) -> bool:
     """A metric value that can be compared: a real number, not NaN or inf. A bool is not one
     (it is an int to Python), so a flag never passes for a measurement."""

@@ -97,6 +97,7 @@ class StudyAttr:
     SAMPLER = "sampler"
     SEEDS = "seeds"  # replicates per configuration (the first ones, with seeds=auto)
     MAX_SEEDS = "max_seeds"  # seeds=auto: the most seeds a configuration gets (absent otherwise)
+    MIN_DIFFERENCE = "min_difference"  # the difference that counts (absent when null)
     SEARCH_SPACE = "search_space"  # {param: spec as typed}
     LOG_PARAMS = "log_params"
     FIXED_OVERRIDES = "fixed_overrides"
@@ -120,6 +121,8 @@ class TrialAttr:
     OVERRIDES = "overrides"  # [key=value] that compose the trial's config
     STEPS_RUN = "steps_run"
     BASELINE = "baseline_reward"
+    # EVAL_TRUNCATED at its first seed's baseline eval: 1 when every completion hit max_tokens
+    BASELINE_TRUNCATED = "baseline_truncated"
     PRUNE_REASON = "prune_reason"  # a Breach as a dict (trainer.run.health)
     FAIL_REASON = "fail_reason"
     RETRY_OF = "retry_of"  # an interrupted trial's number, on the trial queued in its place

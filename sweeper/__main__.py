@@ -19,9 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import analysis.sweep_job  # noqa: F401  (registers the config schemas before Hydra composes)
-from sweeper.plan.known_keys import unknown_keys
 from trainer.base.config import config_dir
 from trainer.base.config_help import without_multirun
+from trainer.base.known_keys import unknown_keys
 
 CONFIG_NAME = "sweep"
 

@@ -1,5 +1,6 @@
 """Errors name their cause: a key of another option of its group says which option to select,
-and an error every point of the grid shares names no point. Real CLI runs, one line each."""
+and an error every point of the grid shares names no point. Real CLI runs, one line each:
+`python -m sweeper` and `python -m trainer` alike, from the same check."""
 
 import subprocess
 import sys
@@ -46,3 +47,35 @@ def test_the_error_names_the_cause_in_one_line(tmp_path: Path, args, line):
     assert done.returncode == 1
     assert done.stderr == line + "\n"
     assert not (tmp_path / "sweeps.db").exists()  # before any study exists
+
+
+# `python -m trainer` asks the same check as the sweeper (trainer/base/known_keys.py), before
+# Hydra, which would print its own six lines, or train on with `+lrr` read by nothing.
+TRAINER_ROWS = [
+    (
+        ["task.path=problems.jsonl"],
+        "error: task.path=problems.jsonl: task.path is a setting of task=jsonl: add task=jsonl",
+    ),
+    (
+        ["task.max_operand=5"],
+        "error: task.max_operand=5: task.max_operand is a setting of task=arithmetic: "
+        "add task=arithmetic",
+    ),
+    (["lrr=1e-3"], "error: lrr=1e-3: no such setting (closest: lr)"),
+    (["+lrr=1e-3"], "error: +lrr=1e-3: nothing reads lrr (closest: lr)"),
+]
+
+
+@pytest.mark.parametrize(("args", "line"), TRAINER_ROWS, ids=[" ".join(a) for a, _ in TRAINER_ROWS])
+def test_the_trainer_names_the_cause_in_the_same_line(tmp_path: Path, args, line):
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=tmp_path,
+        env=sweep_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr == line + "\n"
+    assert not list(tmp_path.iterdir())  # no MLflow store, no outputs/ folder: nothing ran

@@ -1,6 +1,7 @@
 """Before its first trial a sweep says when its eval is too small to tell configurations apart,
-and at its first baseline when every completion hit max_tokens: once a sweep, one line each.
-A real sweep of the tiny model on a 4-problem eval, max_tokens=1."""
+and at its first baseline when every completion hit max_tokens: once a sweep, one line each;
+its verdict's next step then names the cause. A real sweep of the tiny model on a 4-problem
+eval, max_tokens=1."""
 
 import subprocess
 import sys
@@ -8,8 +9,7 @@ from pathlib import Path
 
 from conftest import ONE_SEED, run_sweep, sweep_env
 
-from judge.stats import detectable_difference, problems_to_detect
-from sweeper.plan.eval_power import LOOKED_FOR, WIDEST_SD
+from judge.stats import LOOKED_FOR, WIDEST_SD, detectable_difference, problems_to_detect
 
 EVAL_TOO_SMALL = (
     "Eval too small: 4 problems tell apart only gaps of 0.69+ (task.eval_size=49 tells 0.2)"
@@ -17,6 +17,9 @@ EVAL_TOO_SMALL = (
 TRUNCATED = (
     "every completion of the baseline eval hit max_tokens=1 before it ended: the rewards "
     "score cut-off answers, so the sweep can learn little about its settings: raise max_tokens"
+)
+NEXT_TRUNCATED = (
+    "Next: raise max_tokens (every baseline completion hit max_tokens); seeds will not help."
 )
 
 
@@ -45,6 +48,8 @@ def test_a_sweep_says_what_it_cannot_learn_before_it_spends_compute(tmp_path: Pa
     truncated = [i for i, line in enumerate(lines) if line.endswith(TRUNCATED)]
     second_trial = next(i for i, line in enumerate(lines) if "t1 lr=0.002 started" in line)
     assert len(truncated) == 1 and first_trial < truncated[0] < second_trial  # t0's baseline
+    # and the verdict's next step names it, from what each trial recorded, not more seeds
+    assert NEXT_TRUNCATED in lines, done.stdout[-3000:]
 
 
 def test_a_large_enough_eval_says_nothing(tmp_path: Path):

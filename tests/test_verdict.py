@@ -1,5 +1,6 @@
 """Verdict arithmetic on hand-computed numbers, and the verdicts a researcher reads: a clear
-win, a tie, one seed (the eval's noise only), a pruned seed, one configuration."""
+win, a tie, one seed (the eval's noise only), a pruned seed, one configuration; and what to
+run next when the study recorded a cause more seeds cannot fix."""
 
 from __future__ import annotations
 
@@ -66,9 +67,10 @@ def test_a_clear_win_is_called_with_its_paired_interval():
 
 
 def test_configurations_that_differ_by_noise_are_a_tie():
-    rewards = [1, 0, 1, 0, 1, 1, 0, 0] * 5
+    # 56 problems: 40 could not tell apart 0.2 (0.22+), and the verdict would name that instead
+    rewards = [1, 0, 1, 0, 1, 1, 0, 0] * 7
     flipped = list(rewards)
-    for i in (3, 7, 11):  # three problems turn right, two turn wrong: noise, net +1 of 40
+    for i in (3, 7, 11):  # three problems turn right, two turn wrong: noise, net +1 of 56
         flipped[i] = 1
     for i in (0, 4):
         flipped[i] = 0
@@ -327,3 +329,98 @@ def test_one_no_other_can_beat_by_min_difference_is_as_good_as_any_not_the_best(
     assert v.decision.startswith("t0 (defaults) is as good as any: no other can beat it by")
     assert "beat every other" not in v.decision and len(v.decision) <= 120
     assert v.next_step.startswith("Next: train with t0's settings")
+
+
+# What to run next names the cause the study recorded before more seeds (analysis/next_step.py):
+# hand-made trials, recorded as the sweeper records them, through the verdict the sweep prints.
+NOISE = [1, 0, 1, 0, 1, 1, 0, 0] * 8  # 64 problems: enough to tell apart 0.2 (0.17+)
+NOISE_FLIPPED = [1 - r if i in (3, 4) else r for i, r in enumerate(NOISE)]
+NO_SIGNAL = (
+    "no_learning_signal: groups/frac_zero_advantage=0.95 > 0.9 at step 5 (most groups score "
+    "alike: raise group_size, or the task is too easy or too hard for this model)"
+)
+
+
+def _recorded(number: int, rewards: list[int], truncated=None, warnings=(), baseline=0.3, **more):
+    """A completed one-seed trial: its seed's per-problem rewards, warnings and the baseline
+    share cut at max_tokens, as the job records them (and `more` trial attrs)."""
+    import optuna
+
+    from records.sweep import Replicate, TrialAttr, replicate_key
+
+    mean, stderr = stats.mean_and_stderr([float(r) for r in rewards])
+    seed = Replicate(0, "COMPLETE", mean, stderr, 4, baseline, "", None,
+                     per_problem=tuple(map(float, rewards)), warnings=tuple(warnings))  # fmt: skip
+    attrs = {replicate_key(0): seed.as_attr(), TrialAttr.BASELINE: baseline}
+    if truncated is not None:
+        attrs[TrialAttr.BASELINE_TRUNCATED] = truncated
+    attrs.update(more)
+    trial = optuna.trial.create_trial(value=mean, user_attrs=attrs)
+    trial.number = number
+    return trial
+
+
+def _judged(*trials, **study_attrs):
+    from analysis.verdict import sweep_verdict
+
+    return sweep_verdict(trials, {"objective": "eval/reward/mean", **study_attrs}, True, "s")
+
+
+def test_every_baseline_completion_cut_at_max_tokens_says_raise_it_not_seeds():
+    # no signal was recorded too (cut answers score alike): truncation, its cause, comes first
+    v = _judged(
+        _recorded(0, NOISE, truncated=1.0, warnings=[NO_SIGNAL]),
+        _recorded(1, NOISE_FLIPPED, truncated=1.0, warnings=[NO_SIGNAL]),
+    )
+    assert v.decision.startswith("Tied at this sample size: t0 and t1")
+    assert v.decision.endswith("; every baseline completion hit max_tokens.")
+    assert v.next_step == (
+        "Next: raise max_tokens (every baseline completion hit max_tokens); seeds will not help."
+    )
+
+
+def test_an_eval_too_small_names_the_eval_size_that_tells_not_seeds():
+    # 4 problems: each interval reaches far above its baseline, too few seeds to tell...
+    four = (_recorded(0, [1, 0, 1, 0], truncated=0.0), _recorded(1, [1, 1, 0, 1], truncated=0.0))
+    v = _judged(*four)
+    assert v.decision.startswith("Too few seeds to tell if training moved anything")
+    # ...and yet no seed can: each scores the same 4 problems (the sweep's own warning's numbers)
+    assert v.next_step == (
+        "Next: task.eval_size=49 (4 eval problems tell apart only gaps of 0.69+, not 0.2); "
+        "seeds will not help."
+    )
+    assert "more seeds" not in v.text
+    # the study's min_difference is what counts, where it was set
+    coarse = _judged(*four, min_difference=0.5)
+    assert coarse.next_step.startswith("Next: task.eval_size=8 (4 eval problems tell apart")
+    # a JSONL task holds out a share of its rows: it has no eval_size
+    rows = ["task=jsonl", "task.path=qa.jsonl"]
+    jsonl = _judged(_recorded(0, [1, 0, 1, 0], overrides=rows), _recorded(1, [1, 1, 0, 1]))
+    assert jsonl.next_step.startswith("Next: task.eval_fraction for 49+ problems (4 eval")
+    assert all(len(v.next_step) <= 120 for v in (v, coarse, jsonl))
+
+
+def test_groups_that_all_scored_alike_say_no_learning_signal_not_seeds():
+    v = _judged(
+        _recorded(0, NOISE, truncated=0.0, warnings=[NO_SIGNAL]),
+        _recorded(1, NOISE_FLIPPED, truncated=0.0, warnings=[NO_SIGNAL]),
+    )
+    assert v.decision.endswith("; groups scored alike: no learning signal.")
+    assert v.next_step == (
+        "Next: raise group_size, or change the task's difficulty (groups scored alike: no "
+        "learning signal); seeds will not help."
+    )
+
+
+def test_more_seeds_when_no_recorded_cause_holds_for_every_tied_configuration():
+    # half the baseline cut, a signal in t1's groups, 64 problems: seeds are what would tell
+    entropy = "entropy_collapse: entropy=0.01 < 0.1 x its first at step 6 (lower lr)"
+    v = _judged(
+        _recorded(0, NOISE, truncated=0.5, warnings=[NO_SIGNAL]),
+        _recorded(1, NOISE_FLIPPED, truncated=0.5, warnings=[entropy]),
+    )
+    assert v.decision.startswith("Tied at this sample size: t0 and t1")
+    assert v.decision.endswith("; more seeds would tell.")
+    assert v.next_step == (
+        "Next: more seeds (hydra.sweeper.seeds=auto races them) or a larger eval (task.eval_size)."
+    )

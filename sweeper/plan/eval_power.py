@@ -6,7 +6,9 @@ eval needs 0.69 of a 0-1 reward, so every configuration of such a sweep comes ou
 "more seeds" cannot help, as every seed scores the same few problems. Before the first trial
 the reward's spread is not known: the widest a reward in [0, 1] can have stands in for it.
 Completions that all hit max_tokens at the baseline are known only once the first trial's
-baseline eval ran: that one is said then, once a sweep (sweeper/sweep/job.py).
+baseline eval ran: that one is said then, once a sweep (sweeper/sweep/job.py). Both facts are
+defined below this stage (judge/stats.py, records/metrics.py), so the verdict's next step
+names them in the same numbers once the sweep ends (analysis/next_step.py).
 """
 
 from __future__ import annotations
@@ -17,18 +19,12 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig
 
-from judge.stats import detectable_difference, problems_to_detect
-from records.metrics import EVAL_TRUNCATED
+from judge.stats import LOOKED_FOR, WIDEST_SD, detectable_difference, problems_short
+from records.metrics import EVAL_TRUNCATED, all_cut
 from sweeper.plan.preflight import compose, trial_config
 from sweeper.plan.space import SearchSpace
 
 log = logging.getLogger(__name__)
-
-WIDEST_SD = 0.5  # the spread of a reward in [0, 1] when half the problems score 0, half 1
-# The difference a sweep looks for when hydra.sweeper.min_difference does not say: a fifth of
-# a 0-1 reward. Settings of one sweep rarely differ by more; an eval that cannot see this much
-# cannot tell any two of them apart.
-LOOKED_FOR = 0.2
 
 
 def warn_eval_size(
@@ -46,10 +42,10 @@ def warn_eval_size(
 
 
 def eval_size_warning(task_cfg, problems: int, objective: str, looked_for: float) -> str | None:
-    smallest = detectable_difference(WIDEST_SD, problems)
-    if smallest <= looked_for:
+    need = problems_short(problems, looked_for)
+    if need is None:
         return None
-    need = problems_to_detect(looked_for, WIDEST_SD)
+    smallest = detectable_difference(WIDEST_SD, problems)
     # Short enough for one terminal line: (docs/sweeping.md, "What a sweep cannot learn") says why.
     return (
         f"Eval too small: {problems} problems tell apart only gaps of {smallest:.2f}+ "
@@ -87,7 +83,7 @@ def _task_configs(config_loader, master_config: DictConfig, space: SearchSpace):
 
 def truncation_warning(baseline: Mapping[str, float], max_tokens: int) -> str | None:
     """The line for a baseline eval whose completions all hit max_tokens, else None."""
-    if baseline.get(EVAL_TRUNCATED, 0.0) < 1.0:
+    if not all_cut(baseline.get(EVAL_TRUNCATED)):
         return None
     return (
         f"every completion of the baseline eval hit max_tokens={max_tokens} before it ended: "

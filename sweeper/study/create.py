@@ -105,6 +105,7 @@ def study_attrs(spec: StudySpec, parent_run_id: str) -> dict[str, Any]:
         StudyAttr.SAMPLER: spec.search_sampler.name,
         StudyAttr.SEEDS: s.seeds,
         **({StudyAttr.MAX_SEEDS: s.max_seeds} if s.race else {}),
+        **({StudyAttr.MIN_DIFFERENCE: s.min_difference} if s.min_difference is not None else {}),
         StudyAttr.SEARCH_SPACE: spec.space.specs,
         StudyAttr.LOG_PARAMS: spec.space.log_params,
         StudyAttr.FIXED_OVERRIDES: spec.space.fixed,

@@ -29,7 +29,7 @@ from analysis.load import history
 from analysis.sweep_job import training_config
 from judge.forecast import FORECAST
 from records.database import DatabaseUnreachable, set_retry_window
-from records.metrics import EVAL_REWARD, stderr_of
+from records.metrics import EVAL_REWARD, EVAL_TRUNCATED, is_finite_number, stderr_of
 from records.optuna_storage import open_storage
 from records.sweep import (
     WARNING_METRIC_PREFIX,
@@ -190,6 +190,10 @@ class TrialReporter:
             self.line.step(step, metrics)
         if step == 0:
             self.baseline = metrics.get(EVAL_REWARD)
+            truncated = metrics.get(EVAL_TRUNCATED)
+            if self.reports_to_optuna and is_finite_number(truncated):  # its first seed's
+                # what the verdict's next step reads (analysis/next_step.py)
+                self.trial.set_user_attr(TrialAttr.BASELINE_TRUNCATED, truncated)
             if self.baseline_check is not None and (line := self.baseline_check(metrics)):
                 log.warning(line)
         value = metrics.get(self.objective)

@@ -198,6 +198,9 @@ def default_rules(
 # Entropy stays at 0.1 x: a learner's falls steadily as its policy sharpens (SmolLM2's learners
 # reach 0.19-0.2 x by step 12), so a higher floor would warn on long learning runs.
 LENGTH_GROWTH = 1.5
+# Its warning on a seed's record tells the verdict that seeds would not help
+# (analysis/next_step.py).
+NO_LEARNING_SIGNAL = "no_learning_signal"
 
 
 def failure_mode_rules(objective: str = metrics.EVAL_REWARD) -> list[HealthRule]:
@@ -214,7 +217,7 @@ def failure_mode_rules(objective: str = metrics.EVAL_REWARD) -> list[HealthRule]
             action=warn,
         ),
         HealthRule(
-            "no_learning_signal",
+            NO_LEARNING_SIGNAL,
             metrics.GROUPS_ZERO_ADVANTAGE,
             Check.above,
             0.9,

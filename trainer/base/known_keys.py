@@ -1,9 +1,10 @@
 """Every key on the command line checked against the composed config before Hydra runs.
 
 Hydra refuses an unknown key in a raw multi-line error naming an internal class, and accepts
-`+key=value` on a typed node although nothing reads the key (the sweep then runs at the
-default). Here both are refused in one line naming the key and its closest known names,
-before any study, MLflow store or output directory exists.
+`+key=value` on a typed node although nothing reads the key (the run then goes on at the
+default). Here both are refused in one line naming the key and its closest known names (or
+the option of its group that has it), before any study, MLflow store or output directory
+exists. `python -m trainer` and `python -m sweeper` both ask here, each of its own config.
 """
 
 from __future__ import annotations
