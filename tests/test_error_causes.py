@@ -71,7 +71,7 @@ def test_the_trainer_names_the_cause_in_the_same_line(tmp_path: Path, args, line
     done = subprocess.run(
         [sys.executable, "-m", "trainer", *args],
         cwd=tmp_path,
-        env=sweep_env(tmp_path),
+        env=sweep_env(tmp_path, store=False),
         capture_output=True,
         text=True,
         timeout=120,

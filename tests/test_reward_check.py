@@ -72,7 +72,7 @@ REFUSED = [
 @pytest.mark.parametrize(("entry", "line"), REFUSED)
 def test_a_reward_that_cannot_score_is_refused_before_any_trial(tmp_path, entry, line):
     data = write_jsonl(tmp_path / "conv.jsonl", conversational_rows(4))
-    env = sweep_env(tmp_path)
+    env = sweep_env(tmp_path, store=False)
     env["PYTHONPATH"] = f"{TESTS}:{env.get('PYTHONPATH', '')}"
     done = run_sweep(
         tmp_path, "backend=trl", "task=jsonl", f"task.path={data}", "task.answer_field=solution",
