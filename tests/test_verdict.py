@@ -366,12 +366,17 @@ def _judged(*trials, **study_attrs):
     return sweep_verdict(trials, {"objective": "eval/reward/mean", **study_attrs}, True, "s")
 
 
+def _noise_pair(truncated: float, warnings: list[str]):
+    """Two configurations that differ by noise, each with the same recorded evidence."""
+    return _judged(
+        _recorded(0, NOISE, truncated=truncated, warnings=warnings),
+        _recorded(1, NOISE_FLIPPED, truncated=truncated, warnings=warnings),
+    )
+
+
 def test_every_baseline_completion_cut_at_max_tokens_says_raise_it_not_seeds():
     # no signal was recorded too (cut answers score alike): truncation, its cause, comes first
-    v = _judged(
-        _recorded(0, NOISE, truncated=1.0, warnings=[NO_SIGNAL]),
-        _recorded(1, NOISE_FLIPPED, truncated=1.0, warnings=[NO_SIGNAL]),
-    )
+    v = _noise_pair(truncated=1.0, warnings=[NO_SIGNAL])
     assert v.decision.startswith("Tied at this sample size: t0 and t1")
     assert v.decision.endswith("; every baseline completion hit max_tokens.")
     assert v.next_step == (
@@ -401,10 +406,7 @@ def test_an_eval_too_small_names_the_eval_size_that_tells_not_seeds():
 
 
 def test_groups_that_all_scored_alike_say_no_learning_signal_not_seeds():
-    v = _judged(
-        _recorded(0, NOISE, truncated=0.0, warnings=[NO_SIGNAL]),
-        _recorded(1, NOISE_FLIPPED, truncated=0.0, warnings=[NO_SIGNAL]),
-    )
+    v = _noise_pair(truncated=0.0, warnings=[NO_SIGNAL])
     assert v.decision.endswith("; groups scored alike: no learning signal.")
     assert v.next_step == (
         "Next: raise group_size, or change the task's difficulty (groups scored alike: no "
