@@ -8,7 +8,9 @@ test_scale_out.py, test_racing_sweeps.py); each test function says the behaviour
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -196,6 +199,51 @@ def run_sweep(
         timeout=timeout,
         **popen,
     )
+
+
+# A small raced sweep the MLflow pages' tests share (test_mlflow_ui.py, test_mlflow_links.py).
+RUNS_SWEEP = (
+    "lr=1e-3,2e-3", "max_steps=2", "eval_every=2", "batch_size=4", "group_size=2",
+    "hydra.sweeper.seeds=2",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Swept:
+    """A finished sweep: its folder (its stores are there) and what it printed."""
+
+    cwd: Path
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def shared_sweep(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Swept]:
+    """shared_sweep(*args): `python -m sweeper -m <args>` as run_sweep runs it, once for the whole
+    session, keyed by its arguments: the first test to ask (in any file, on either pytest-xdist
+    worker) runs it under a file lock, the others read the same folder. It must succeed. A test
+    may add to it only what the others ignore (a report, a view); it changes nothing there."""
+    base = tmp_path_factory.getbasetemp()
+    # xdist's workers each have a folder of their own inside the session's: share that one
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-sweeps"
+    root.mkdir(exist_ok=True)
+
+    def get(*args: str, timeout: int = 600) -> Swept:
+        from filelock import FileLock
+
+        cwd = root / hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
+        record = cwd.with_suffix(".json")
+        with FileLock(str(cwd.with_suffix(".lock"))):
+            if not record.exists():
+                shutil.rmtree(cwd, ignore_errors=True)
+                cwd.mkdir()
+                done = run_sweep(cwd, *args, timeout=timeout)
+                assert done.returncode == 0, done.stderr[-3000:]
+                record.write_text(json.dumps({"args": args, "out": [done.stdout, done.stderr]}))
+        stdout, stderr = json.loads(record.read_text())["out"]
+        return Swept(cwd, stdout, stderr)
+
+    return get
 
 
 def start_sweep(cwd: Path, *args: str, **popen) -> subprocess.Popen:

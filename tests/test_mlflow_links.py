@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import mlflow_uri, run_sweep, study_in, study_uri, verdict_decision
+from conftest import RUNS_SWEEP, mlflow_uri, study_in, study_uri, verdict_decision
 from mlflow.tracking import MlflowClient
 from test_trainer_cli import run_trainer
 
@@ -19,7 +19,6 @@ from analysis.verdict import study_verdict
 from records.sweep import ConfigMetric, Role, Tag, TrialAttr
 
 LINK = re.compile(r"https?://\S+#/experiments/\S+")
-SWEEP = ["lr=1e-3,2e-3", "max_steps=2", "eval_every=2", "batch_size=4", "group_size=2"]
 
 
 def test_a_run_link_opens_the_model_training_run_page() -> None:
@@ -30,16 +29,16 @@ def test_a_run_link_opens_the_model_training_run_page() -> None:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory) -> tuple[Path, str]:
-    cwd = tmp_path_factory.mktemp("links")
-    done = run_sweep(cwd, *SWEEP, "hydra.sweeper.seeds=2", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return cwd, done.stdout + done.stderr
+def swept(shared_sweep) -> tuple[Path, str]:
+    done = shared_sweep(*RUNS_SWEEP)
+    return done.cwd, done.stdout + done.stderr
 
 
-def test_every_printed_and_written_link_is_on_the_model_training_pages(swept, capsys) -> None:
+def test_every_printed_and_written_link_is_on_the_model_training_pages(
+    swept, capsys, tmp_path
+) -> None:
     cwd, printed = swept
-    report = ["report", "--storage", study_uri(cwd), "--out", str(cwd / "report")]
+    report = ["report", "--storage", study_uri(cwd), "--out", str(tmp_path / "report")]
     assert main(report) == 0
     printed += capsys.readouterr().out
     assert "Logged to MLflow run http://127.0.0.1:5000/#/experiments/" in printed
