@@ -116,12 +116,15 @@ def _ended_at(row: list[int], eos: frozenset[int]) -> int:
 INVERSE_CDF_VOCAB = 1024
 
 
-def draw(probs_NV: torch.Tensor) -> torch.Tensor:
-    """One token a row, drawn with the given probabilities."""
+def draw(probs_NV: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token a row, drawn with the given probabilities (from `generator`, else torch's
+    default one: a packed trial draws from its own, trainer/packed/decode.py)."""
     if probs_NV.shape[-1] < INVERSE_CDF_VOCAB:
-        return torch.multinomial(probs_NV, 1)[:, 0]
+        return torch.multinomial(probs_NV, 1, generator=generator)[:, 0]
     cdf_NV = probs_NV.double().cumsum(-1)  # float64: the tail's mass is not rounded away
-    target_N1 = torch.rand(len(cdf_NV), 1, dtype=cdf_NV.dtype, device=cdf_NV.device)
+    target_N1 = torch.rand(
+        len(cdf_NV), 1, dtype=cdf_NV.dtype, device=cdf_NV.device, generator=generator
+    )
     # right=True: the first token whose cumulative mass exceeds the target, never one of zero
     # probability (a token cut by top-k/top-p adds nothing to the sum)
     token_N = torch.searchsorted(cdf_NV, target_N1 * cdf_NV[:, -1:], right=True)[:, 0]
