@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trainer.model.merged_lora import LinearStandIn
+
 
 @dataclass
 class Segments:
@@ -64,7 +66,7 @@ class PackedAdapters:
             layer.adapters.pop(member, None)
 
 
-class GroupedLoRALinear(torch.nn.Module):
+class GroupedLoRALinear(LinearStandIn):
     """A base linear layer plus each member's low-rank delta on the member's own rows."""
 
     def __init__(self, name: str, base_layer: torch.nn.Linear, packed: PackedAdapters) -> None:
@@ -74,13 +76,8 @@ class GroupedLoRALinear(torch.nn.Module):
         self.packed = (packed,)  # a tuple: not a submodule
         self.adapters: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}
 
-    @property
-    def weight(self) -> torch.Tensor:  # model code may read a projection's weight (its dtype)
-        return self.base_layer.weight
-
-    @property
-    def bias(self) -> torch.Tensor | None:
-        return self.base_layer.bias
+    def stand_in_for(self) -> torch.nn.Module:
+        return self.base_layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
