@@ -34,7 +34,7 @@ SWEEPER_BESIDE = frozenset({"sweeper", "sweeper.optuna_adapter"})
 
 # The trainer's sub-packages, bottom first: a module of one may import its own sub-package and
 # those before it here, never one after it (trainer/__init__.py says what each holds).
-TRAINER_LAYERS = ["base", "model", "env", "sampling", "rl", "run", "backends"]
+TRAINER_LAYERS = ["base", "model", "env", "sampling", "rl", "run", "packed", "backends"]
 # The trainer's modules outside the layers: the package (it registers the schemas) and the
 # command line, both on top.
 TRAINER_TOP = {"trainer", "trainer.__main__"}
@@ -257,7 +257,7 @@ def test_the_trainer_layer_check_catches_an_upward_import():
     assert trainer_layer_violations(graph) == [
         "trainer.rl.step imports trainer (the top, above every layer)",
         "trainer.sampling.protocol (sampling) imports trainer.rl.step (a layer above it)",
-        "trainer.stray is in no layer (base, model, env, sampling, rl, run, backends)",
+        "trainer.stray is in no layer (base, model, env, sampling, rl, run, packed, backends)",
     ]
 
 

@@ -18,6 +18,8 @@ Sub-packages in layers, bottom to top; each imports only its own and those below
   rl        GRPO step, pipelines, losses, rl_math; base, model, env, sampling
   run       our train loop, validation, lr, checkpoints, the health rules every run is
             checked by; all of the above
+  packed    packed trials: K LoRA trials on one base model in one process, in lockstep,
+            each through our train loop; all of the above but backends
   backends  the backend switch (train, validate), TRL's backend, the run logged to MLflow
             (logged_run); all of the above
 

@@ -105,7 +105,23 @@ def is_plain_lora(layer: LoraLayer, adapter: str) -> bool:
     )
 
 
-class MergedLoRALinear(torch.nn.Module):
+class LinearStandIn(torch.nn.Module):
+    """A module put where a linear layer was: model code may read that layer's weight (its
+    dtype) and bias, so both are the layer's it stands in for."""
+
+    def stand_in_for(self) -> torch.nn.Module:
+        raise NotImplementedError
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.stand_in_for().weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return self.stand_in_for().bias
+
+
+class MergedLoRALinear(LinearStandIn):
     """A merged linear layer (W' = W + s B A) that, when gradients are on, passes them to the
     adapter's A and B as PEFT's layer would; with them off, it is the plain layer."""
 
@@ -117,13 +133,8 @@ class MergedLoRALinear(torch.nn.Module):
         self.scale = layer.scaling[adapter]
         self.fan_in_fan_out = layer.fan_in_fan_out
 
-    @property
-    def weight(self) -> torch.Tensor:  # model code may read a projection's weight (its dtype)
-        return self.merged.weight
-
-    @property
-    def bias(self) -> torch.Tensor | None:
-        return self.merged.bias
+    def stand_in_for(self) -> torch.nn.Module:
+        return self.merged
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled():  # sampling, the post-update KL

@@ -35,6 +35,7 @@ from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
 from trainer.env.rewards import score_batch, use_tokenizer
 from trainer.env.tasks import Task, make_task
+from trainer.model.policy import Policy
 from trainer.rl.pipelines import make_pipeline
 from trainer.rl.step import NonFiniteError
 from trainer.run.checkpoint import resume, save_checkpoint, save_final
@@ -45,9 +46,38 @@ from trainer.sampling.factory import make_sampler
 from trainer.sampling.model_source import load_policy, onednn_param
 from trainer.sampling.protocol import Sampler, SamplingSettings
 
-__all__ = ["NonFiniteError", "Reporter", "TrainResult", "evaluate", "train"]
+__all__ = [
+    "NonFiniteError",
+    "OwnModel",
+    "PolicySource",
+    "Reporter",
+    "TrainResult",
+    "evaluate",
+    "train",
+]
 
 log = logging.getLogger(__name__)
+
+
+class PolicySource(Protocol):
+    """Where a run's policy and sampler come from: `OwnModel` (this process loads the model), or
+    a packed trial's share of one base model (trainer/packed/)."""
+
+    def policy(self, cfg: DictConfig) -> Policy:
+        """The run's policy; called once the run's seed is set, so its LoRA init draws from it."""
+
+    def sampler(self, policy: Policy, cfg: DictConfig) -> Sampler:
+        """What the run samples with."""
+
+
+class OwnModel:
+    """The policy loaded by this run alone, and its configured sampler."""
+
+    def policy(self, cfg: DictConfig) -> Policy:
+        return load_policy(cfg)
+
+    def sampler(self, policy: Policy, cfg: DictConfig) -> Sampler:
+        return make_sampler(cfg.sampler.name, policy, cfg)
 
 
 class Reporter(Protocol):
@@ -80,12 +110,15 @@ class TrainResult:
 POST_UPDATE_KLS = (metrics_names.KL_PRE_POST_V1, metrics_names.KL_PRE_POST_V2)
 
 
-def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
+def train(
+    cfg: DictConfig, reporter: Reporter | None = None, source: PolicySource | None = None
+) -> TrainResult:
+    source = source or OwnModel()
     for warning in validate(cfg):
         log.warning(warning)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    policy = load_policy(cfg)
+    policy = source.policy(cfg)
     report_params(reporter, cfg)
     task = make_task(cfg.task)
     use_tokenizer(task, policy.tokenizer)
@@ -96,7 +129,7 @@ def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
         policy.trainable_parameters(), lr=lr, weight_decay=0.0, fused=fused or None
     )
     scheduler = make_scheduler(cfg, optimizer)
-    sampler = make_sampler(cfg.sampler.name, policy, cfg)
+    sampler = source.sampler(policy, cfg)
     settings = SamplingSettings.from_config(cfg)
 
     start_step, baseline = 0, None

@@ -116,12 +116,15 @@ def _ended_at(row: list[int], eos: frozenset[int]) -> int:
 INVERSE_CDF_VOCAB = 1024
 
 
-def draw(probs_NV: torch.Tensor) -> torch.Tensor:
-    """One token a row, drawn with the given probabilities."""
+def draw(probs_NV: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token a row, drawn with the given probabilities (from `generator`, else torch's
+    default one: a packed trial draws from its own, trainer/packed/decode.py)."""
     if probs_NV.shape[-1] < INVERSE_CDF_VOCAB:
-        return torch.multinomial(probs_NV, 1)[:, 0]
+        return torch.multinomial(probs_NV, 1, generator=generator)[:, 0]
     cdf_NV = probs_NV.double().cumsum(-1)  # float64: the tail's mass is not rounded away
-    target_N1 = torch.rand(len(cdf_NV), 1, dtype=cdf_NV.dtype, device=cdf_NV.device)
+    target_N1 = torch.rand(
+        len(cdf_NV), 1, dtype=cdf_NV.dtype, device=cdf_NV.device, generator=generator
+    )
     # right=True: the first token whose cumulative mass exceeds the target, never one of zero
     # probability (a token cut by top-k/top-p adds nothing to the sum)
     token_N = torch.searchsorted(cdf_NV, target_N1 * cdf_NV[:, -1:], right=True)[:, 0]
@@ -136,11 +139,15 @@ def decode(
     settings: SamplingSettings,
     eos_ids: list[int],
     pad_id: int,
+    members: list[tuple[torch.Generator | None, int, int]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample up to max_tokens tokens after left-padded prompts, with a KV cache.
 
     The D distinct prompts are run once; row n of the output continues prompt prompt_rows_N[n]
     (a group's G rollouts share their prompt's cache instead of recomputing it G times).
+    members: (generator, first row, end row) of each packed trial (trainer/packed/decode.py),
+    each drawing on its own rows from its own generator until they have all ended, as its
+    solo decode would; None: one, every row, torch's default generator.
 
     Returns the tokens (pad after end-of-sequence) and each token's log-prob under the
     tempered policy, log_softmax(logits / temperature), whatever top_p/top_k/min_p drew it.
@@ -154,6 +161,7 @@ def decode(
     seen_NL = input_ids_DS[prompt_rows_N]  # what the repetition penalty looks at
     ended_N = torch.zeros(len(prompt_rows_N), dtype=torch.bool, device=input_ids_DS.device)
     eos_E = torch.tensor(eos_ids, device=input_ids_DS.device)
+    drawing = members or [(None, 0, len(prompt_rows_N))]  # those with rows still drawing
     tokens, logps = [], []
     for t in range(settings.max_tokens):
         scores_NV = logits_NV.float() / settings.temperature
@@ -162,12 +170,16 @@ def decode(
             token_N = scores_NV.argmax(-1)
         else:
             drawn_NV = warpers(seen_NL, scores_NV) if warpers else scores_NV
-            token_N = draw(torch.softmax(drawn_NV, dim=-1))
+            probs_NV = torch.softmax(drawn_NV, dim=-1)
+            token_N = torch.full_like(ended_N, pad_id, dtype=torch.long)
+            for generator, start, end in drawing:
+                token_N[start:end] = draw(probs_NV[start:end], generator)
         token_N = token_N.masked_fill(ended_N, pad_id)
         tokens.append(token_N)
         logps.append(logp_NV.gather(-1, token_N[:, None])[:, 0])
         ended_N = ended_N | torch.isin(token_N, eos_E)
-        if t == settings.max_tokens - 1 or bool(ended_N.all()):
+        drawing = [m for m in drawing if not bool(ended_N[m[1] : m[2]].all())]
+        if t == settings.max_tokens - 1 or not drawing:
             break
         if padded:
             mask_NL = torch.cat([mask_NL, mask_NL.new_ones(len(mask_NL), 1)], dim=1)

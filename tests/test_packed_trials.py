@@ -1,0 +1,144 @@
+"""Packed trials (trainer/packed/) against the same trials trained alone, on the tiny model.
+
+The reference is a solo run with `sampler.merge_lora=false`: PEFT's own forward,
+x W^T + s (x A^T) B^T, the arithmetic the pack's grouped layers do. Against it a packed
+member's per-step loss, KLs, rewards, entropy, gradient norm and final adapter are equal at
+torch's float32 tolerance (rtol 1.3e-6, atol 1e-5): the same products, summed in an order
+the batching may change (on the machines measured they came out bit for bit equal).
+
+The solo default (merge_lora=true) adds the adapter into the weight instead: its log-probs
+differ in the last float32 bits, and AdamW turns rounding noise on near-zero gradients into
+steps of about lr in a few adapter entries (the attention's q/k factors on the tiny model).
+Two solo runs that differ only in merge_lora differ that much too; the last test pins the
+pack's first step to the default solo run's and says so.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from trainer.packed.host import train_packed
+from trainer.run.train import train
+
+SHAPE = ["batch_size=4", "group_size=4", "task.eval_size=16", "eval_every=2", "max_steps=3"]
+# Members differ in what a sweep varies: lr, seed, KL penalty, loss, substeps.
+MEMBERS = [
+    ["seed=0", "lr=2e-3"],
+    ["seed=1", "lr=5e-3", "kl_penalty_coef=0.05"],
+    ["seed=2", "lr=1e-3", "loss=ppo", "num_substeps=2"],
+    ["seed=3", "lr=3e-3", "loss=dr_grpo", "scale_rewards=group"],
+]
+COMPARED = (
+    "loss",
+    "grad_norm",
+    "entropy",
+    "kl_sample_train_v1",
+    "kl_sample_train_v2",
+    "kl_pre_post_v1",
+    "kl_pre_post_v2",
+    "kl_policy_ref",
+    "reward/mean",
+    "reward/std",
+    "eval/reward/mean",
+    "eval/greedy/mean",
+)
+FLOAT32 = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing's float32 defaults
+
+
+def metrics(recorder) -> dict[int, dict[str, float]]:
+    return {s: {k: m[k] for k in COMPARED if k in m} for s, m in recorder.steps.items()}
+
+
+def adapter(output_dir) -> dict[str, torch.Tensor]:
+    return load_file(f"{output_dir}/adapter/adapter_model.safetensors")
+
+
+def assert_same_run(solo, packed, solo_dir, packed_dir) -> None:
+    a, b = metrics(solo), metrics(packed)
+    assert a.keys() == b.keys()
+    for step in a:
+        assert a[step].keys() == b[step].keys()
+        for name, value in a[step].items():
+            expected = torch.tensor(value, dtype=torch.float64)
+            actual = torch.tensor(b[step][name], dtype=torch.float64)
+            torch.testing.assert_close(actual, expected, **FLOAT32, msg=f"{name} at {step}")
+    weights, packed_weights = adapter(solo_dir), adapter(packed_dir)
+    assert weights.keys() == packed_weights.keys()
+    for name, tensor in weights.items():
+        torch.testing.assert_close(packed_weights[name], tensor, **FLOAT32, msg=name)
+
+
+@pytest.fixture(scope="module")
+def solo_runs(tmp_path_factory):
+    """Each member trained alone (PEFT's unmerged forward), once for the module's tests."""
+    from conftest import Recorder, compose_conf
+
+    runs = []
+    for i, member in enumerate(MEMBERS):
+        out = tmp_path_factory.mktemp(f"solo{i}")
+        recorder = Recorder()
+        train(
+            compose_conf(f"output_dir={out}", *SHAPE, *member, "sampler.merge_lora=false"), recorder
+        )
+        runs.append((recorder, out))
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_a_packed_member_trains_as_it_would_alone(k, solo_runs, tmp_path, composed, new_recorder):
+    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:k])]
+    recorders = [new_recorder() for _ in cfgs]
+    results = train_packed(cfgs, recorders)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    for i, (recorder, cfg) in enumerate(zip(recorders, cfgs, strict=True)):
+        solo, solo_dir = solo_runs[i]
+        assert_same_run(solo, recorder, solo_dir, cfg.output_dir)
+
+
+class PruneAt:
+    """A reporter that stops its trial at a step, as a sweep prunes one."""
+
+    def __init__(self, recorder, step: int) -> None:
+        self.recorder, self.step = recorder, step
+
+    def report(self, step, metrics) -> None:
+        self.recorder.report(step, metrics)
+        if step == self.step:
+            raise RuntimeError("pruned")
+
+
+@pytest.mark.slow
+def test_a_member_pruned_mid_pack_leaves_the_others_unchanged(
+    solo_runs, tmp_path, composed, new_recorder
+):
+    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
+    recorders = [new_recorder() for _ in cfgs]
+    reporters = [recorders[0], PruneAt(recorders[1], 1), recorders[2]]
+    results = train_packed(cfgs, reporters)
+    assert isinstance(results[1], RuntimeError) and str(results[1]) == "pruned"
+    assert max(recorders[1].steps) == 1
+    for i in (0, 2):
+        solo, solo_dir = solo_runs[i]
+        assert_same_run(solo, recorders[i], solo_dir, cfgs[i].output_dir)
+
+
+@pytest.mark.slow
+def test_the_first_step_equals_the_default_solo_run_to_float32_rounding(
+    tmp_path, composed, new_recorder
+):
+    """Against merge_lora=true (the solo default) before AdamW's first steps can amplify the
+    rounding: the baseline eval and step 1 (whose update starts from LoRA's B = 0)."""
+    shape = [*SHAPE, "max_steps=1"]
+    cfgs = [composed(*shape, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:2])]
+    recorders = [new_recorder() for _ in cfgs]
+    train_packed(cfgs, recorders)
+    for i, member in enumerate(MEMBERS[:2]):
+        solo = new_recorder()
+        train(composed(*shape, *member, root=tmp_path / f"solo{i}"), solo)
+        a, b = metrics(solo), metrics(recorders[i])
+        for step in a:
+            for name, value in a[step].items():
+                assert b[step][name] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, step)

@@ -1,0 +1,18 @@
+"""Packed trials: several LoRA trials of one sweep trained in one process, in lockstep, on one
+base model (issue 76). Each trial keeps its own adapter, optimizer, lr, seed, data order and
+loss settings; sampling and log-probs run as one batch over all of them, each row through its
+own trial's adapter.
+
+    from trainer.packed.host import train_packed
+    results = train_packed([cfg_a, cfg_b], [reporter_a, reporter_b])
+
+Modules, bottom to top:
+
+  grouped_lora  one base model, K adapters: the base product once, each member's low-rank delta
+  batches       several members' TokenBatches as one, member-major
+  decode        one KV-cached decode over every member's prompts, each drawing from its own generator
+  members       what a member's own train() sees: its policy and sampler, asking the host
+  host          the members' threads in turns, and the batched model calls that answer them
+
+A layer of the trainer's own, above run (a member runs trainer.run.train) and below backends.
+"""

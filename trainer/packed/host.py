@@ -1,0 +1,342 @@
+"""Packed trials: K trials of one sweep trained in one process, in lockstep, on one base model.
+
+Each member runs the ordinary train() (trainer/run/train.py) in a thread of its own, so its
+step, losses, optimizer, lr, seed, data order, KL settings, substeps, evals and checkpoints are
+exactly a solo run's code. The threads take turns, one at a time (cooperative, in member order):
+a member runs until it asks for the model (trainer/packed/members.py), then the next one runs.
+Once every live member waits, the host runs each kind of request as one batch over the members
+that asked for it, through one base model whose LoRA-targeted layers add each row's own
+member's adapter (trainer/packed/grouped_lora.py), and the members resume.
+
+  sample      one KV-cached decode over every member's prompts (trainer/packed/decode.py)
+  logprobs    the reference (adapters off) or the current policy's log-probs, no gradient
+  learner     the learner's forward with the gradient; each member gets its rows' log-probs
+  backward    each member's d loss / d log-probs, pushed through that forward at once
+
+Randomness: a member's torch default generator is its own. The host keeps each member's
+generator state and swaps it in whenever the member's thread runs, and the pack's decode draws
+a member's tokens from a generator holding that state. So the member's LoRA init (drawn in its
+own load_policy), its sampling and its evals draw exactly the numbers they would alone.
+A member that raises (a pruned trial, a non-finite loss) leaves the pack; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from peft.tuners.lora import LoraLayer
+from transformers import AutoModelForCausalLM
+
+from trainer.base.errors import ConfigError
+from trainer.model.activation_checkpointing import enable_checkpointing
+from trainer.model.fast_logprobs import token_logprobs
+from trainer.model.merged_lora import is_plain_lora
+from trainer.model.rollout import eos_ids
+from trainer.model.token_batch import TokenBatch
+from trainer.packed.batches import concat
+from trainer.packed.decode import Chunk, chunks_of, decode_packed
+from trainer.packed.grouped_lora import PackedAdapters, Segments, install
+from trainer.packed.members import MemberSource
+from trainer.run.train import Reporter, TrainResult, train
+from trainer.sampling.model_source import model_path, resolve_device
+
+log = logging.getLogger(__name__)
+
+# Keys that must be equal for trials to share one base model and one batch shape.
+SHARED_KEYS = (
+    "model.path",
+    "model.dtype",
+    "model.device",
+    "model.tiny",
+    "lora_rank",
+    "lora_target_modules",
+    "lora_dropout",
+    "gradient_checkpointing",
+    "sampler.name",
+    "pipeline",
+)
+
+
+def check_packable(cfgs: list[DictConfig]) -> None:
+    """ConfigError unless the trials can share one base model: the same model, LoRA rank and
+    targets, the torch sampler on a CPU, no LoRA dropout, and not the async pipeline (which
+    samples on a copy of its own)."""
+    first = cfgs[0]
+    for cfg in cfgs[1:]:
+        for key in SHARED_KEYS:
+            if _get(cfg, key) != _get(first, key):
+                raise ConfigError(f"{key}: packed trials must share it ({_get(first, key)!r})")
+    if first.lora_rank == 0 or first.lora_dropout != 0:
+        raise ConfigError("packed trials train LoRA adapters without dropout (lora_rank > 0)")
+    if first.sampler.name != "torch" or first.pipeline == "async":
+        raise ConfigError("packed trials sample with sampler=torch, pipeline sync or stream")
+    if resolve_device(first.model.device).type != "cpu":
+        raise ConfigError("packed trials run on a CPU for now (their generators are CPU ones)")
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@dataclass
+class Member:
+    """One trial of the pack: its config, reporter, thread and what it waits for."""
+
+    host: PackHost
+    index: int
+    cfg: DictConfig
+    reporter: Reporter | None
+    rng_state: torch.Tensor = field(default_factory=torch.get_rng_state)
+    request: tuple | None = None
+    reply: Any = None
+    result: TrainResult | BaseException | None = None
+    done: bool = False
+    go: threading.Event = field(default_factory=threading.Event)
+
+    def call(self, key: tuple, payload: Any) -> Any:
+        """Ask the host for `key` (the kind of request and what must be equal to batch it)
+        and wait, letting the others run, until the pack has answered."""
+        self.request, self.reply = (key, payload), None
+        self.rng_state = torch.get_rng_state()
+        self.host.yield_to_host(self)
+        torch.set_rng_state(self.rng_state)
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+        return self.reply
+
+    def main(self) -> None:
+        self.go.wait()
+        self.go.clear()
+        torch.set_rng_state(self.rng_state)
+        try:
+            if self.host.stopping:  # the pack stopped before this member's first turn
+                raise RuntimeError("the pack stopped")
+            self.result = train(self.cfg, self.reporter, MemberSource(self))
+        except BaseException as e:  # a pruned trial, a failure: it leaves the pack
+            self.result = e
+        finally:
+            self.done = True
+            self.host.detach(self)
+            self.host.back.set()
+
+
+class PackHost:
+    """Runs K trials' train() in lockstep on one base model (the module docstring says how)."""
+
+    def __init__(self, cfgs: list[DictConfig]) -> None:
+        check_packable(cfgs)
+        cfg = cfgs[0]
+        path = model_path(cfg)
+        with torch.random.fork_rng():  # the host's load draws nothing of any member's stream
+            self.model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=getattr(torch, cfg.model.dtype)
+            )
+        self.model.eval().requires_grad_(False)
+        if cfg.gradient_checkpointing:
+            enable_checkpointing(self.model)
+        self.packed: PackedAdapters | None = None
+        self.targets: list[str] | None = None
+        self.tokenizer = None
+        self.eos: frozenset[int] = frozenset()
+        self.back = threading.Event()
+        self.stopping = False  # set when the host itself fails: every member then ends
+        self.forwards: dict[int, tuple[torch.Tensor, dict[int, tuple[int, int, int]]]] = {}
+        self.next_forward = 0
+
+    # --- members' adapters ---
+
+    def attach(self, member: Member, peft_model, tokenizer) -> None:
+        """Share the host's base weights with the member's PEFT model and add its adapter to
+        the grouped layers (installed at the first member's, from its LoRA layers)."""
+        self.tokenizer = tokenizer
+        base = peft_model.get_base_model()
+        adapter = peft_model.active_adapter
+        layers = {n: m for n, m in base.named_modules() if isinstance(m, LoraLayer)}
+        if not all(is_plain_lora(m, adapter) and not m.fan_in_fan_out for m in layers.values()):
+            raise ConfigError("packed trials need plain LoRA on nn.Linear layers")
+        if self.targets is None:
+            self.targets = sorted(layers)
+            self.packed = install(self.model, self.targets)
+        elif sorted(layers) != self.targets:
+            raise ConfigError("packed trials must adapt the same layers")
+        shared = dict(self.model.named_parameters(remove_duplicate=False))
+        for name, _ in list(base.named_parameters(remove_duplicate=False)):
+            if name in shared:  # not the adapter's: the host's tensor, not a second copy
+                module_name, _, leaf = name.rpartition(".")
+                setattr(base.get_submodule(module_name), leaf, shared[name])
+        self.packed.attach(
+            member.index,
+            {
+                n: (m.lora_A[adapter].weight, m.lora_B[adapter].weight, m.scaling[adapter])
+                for n, m in layers.items()
+            },
+        )
+
+    def detach(self, member: Member) -> None:
+        if self.packed is not None:
+            self.packed.detach(member.index)
+
+    # --- turns ---
+
+    def yield_to_host(self, member: Member) -> None:
+        """Called from a member's thread: hand the turn back and wait for the next one."""
+        self.back.set()
+        member.go.wait()
+        member.go.clear()
+
+    def _turn(self, member: Member) -> None:
+        """Let one member run until it asks for something or finishes."""
+        member.go.set()
+        self.back.wait()
+        self.back.clear()
+
+    def run(
+        self, cfgs: list[DictConfig], reporters: list[Reporter | None] | None = None
+    ) -> list[TrainResult | BaseException]:
+        """Train every trial; each one's TrainResult, or the exception that ended it."""
+        reporters = reporters or [None] * len(cfgs)
+        members = [
+            Member(self, i, c, r) for i, (c, r) in enumerate(zip(cfgs, reporters, strict=True))
+        ]
+        threads = [threading.Thread(target=m.main, name=f"packed-{m.index}") for m in members]
+        for thread in threads:
+            thread.start()
+        state = torch.get_rng_state()
+        try:
+            for member in members:
+                self._turn(member)
+            while True:
+                waiting = [m for m in members if not m.done and m.request is not None]
+                if not waiting:
+                    break
+                self._answer(waiting)
+                for member in waiting:
+                    self._turn(member)
+                self._drop_orphans(members)
+        finally:
+            torch.set_rng_state(state)
+            self.stopping = True
+            for member in members:
+                if not member.done:  # an error of the host's own: end every member
+                    member.reply = RuntimeError("the pack stopped")
+                    self._turn(member)
+            for thread in threads:
+                thread.join()
+        return [m.result for m in members]
+
+    def _drop_orphans(self, members: list[Member]) -> None:
+        """Learner forwards whose members have all left before their backward: their graphs
+        go (a member that leaves between the two gives its rows no gradient)."""
+        live = {m.index for m in members if not m.done}
+        self.forwards = {f: v for f, v in self.forwards.items() if live & set(v[1])}
+
+    def _answer(self, waiting: list[Member]) -> None:
+        """Each kind of request, batched over the members that made it, in member order."""
+        groups: dict[tuple, list[Member]] = defaultdict(list)
+        for member in waiting:
+            groups[member.request[0]].append(member)
+        for key, group in groups.items():
+            payloads = [m.request[1] for m in group]
+            for m in group:
+                m.request = None
+            try:
+                replies = HANDLERS[key[0]](self, key, group, payloads)
+            except Exception as e:  # each member raises it, as its solo run would
+                replies = [e] * len(group)
+            for m, reply in zip(group, replies, strict=True):
+                m.reply = reply
+
+    # --- the batched model calls ---
+
+    def _sample(self, key, group: list[Member], payloads) -> list:
+        settings = payloads[0][2]
+        tokenizer = self.tokenizer
+        eos = eos_ids(self.model, tokenizer)
+        plans, generators = [], []
+        for member, (ids_N, batch_tokens, _) in zip(group, payloads, strict=True):
+            plans.append(chunks_of(ids_N, batch_tokens, settings.max_tokens))
+            generator = None
+            if not settings.greedy:
+                generator = torch.Generator()
+                generator.set_state(member.rng_state)
+            generators.append(generator)
+        rollouts: list[list] = [[] for _ in group]
+        for c in range(max(len(chunks) for _, chunks in plans)):
+            chunks = [
+                Chunk(m.index, ids_D, rows[c], generators[i])
+                for i, (m, (ids_D, rows)) in enumerate(zip(group, plans, strict=True))
+                if c < len(rows)
+            ]
+            who = [i for i, (_, rows) in enumerate(plans) if c < len(rows)]
+            outs = decode_packed(self.model, self.packed, chunks, settings, eos, tokenizer)
+            for i, out in zip(who, outs, strict=True):
+                rollouts[i] += out
+        for member, generator in zip(group, generators, strict=True):
+            if generator is not None:
+                member.rng_state = generator.get_state()
+        return rollouts
+
+    def _logprobs(self, key, group: list[Member], batches: list[TokenBatch]) -> list:
+        _, role, temperature = key
+        with torch.no_grad():
+            (logp_NT, _), owners = self._forward(group, batches, temperature, role == "inference")
+        return [logp_NT[n0:n1, :width] for n0, n1, width in owners.values()]
+
+    def _learner(self, key, group: list[Member], payloads) -> list:
+        parts = [batch.select(rows.to(batch.prompt_of_N.device)) for batch, rows in payloads]
+        with torch.enable_grad():
+            (logp_NT, entropy_NT), owners = self._forward(group, parts, key[1], True, True)
+        forward = self.next_forward
+        self.next_forward += 1
+        self.forwards[forward] = (logp_NT, owners)
+        replies = []
+        for member, (_, rows) in zip(group, payloads, strict=True):
+            n0, n1, width = owners[member.index]
+            logp = logp_NT[n0:n1, :width].detach().clone()
+            replies.append((forward, [(rows, logp, entropy_NT[n0:n1, :width])]))
+        return replies
+
+    def _backward(self, key, group: list[Member], payloads) -> list:
+        by_forward: dict[int, dict[int, torch.Tensor]] = defaultdict(dict)
+        for member, (forward, grads) in zip(group, payloads, strict=True):
+            by_forward[forward][member.index] = grads[0]
+        for forward, grads in by_forward.items():
+            logp_NT, owners = self.forwards.pop(forward)
+            grad_NT = torch.zeros_like(logp_NT)
+            for index, grad in grads.items():
+                n0, n1, width = owners[index]
+                grad_NT[n0:n1, :width] = grad
+            torch.autograd.backward(logp_NT, grad_NT)
+        return [None] * len(group)
+
+    def _forward(self, group, batches, temperature, adapters_on, with_entropy=False):
+        """token_logprobs over the members' batches stacked; and each member's (first row,
+        end row, completion width) in the result."""
+        members = [m.index for m in group]
+        batch, by_rows, owners = concat(members, batches, self.tokenizer.pad_token_id)
+        with self.packed.rows(Segments(by_rows, adapters_on)):
+            return token_logprobs(self.model, batch, temperature, with_entropy), owners
+
+
+HANDLERS = {
+    "sample": PackHost._sample,
+    "logprobs": PackHost._logprobs,
+    "learner": PackHost._learner,
+    "backward": PackHost._backward,
+}
+
+
+def train_packed(
+    cfgs: list[DictConfig], reporters: list[Reporter | None] | None = None
+) -> list[TrainResult | BaseException]:
+    """Train the trials packed on one base model; each one's result or its exception."""
+    return PackHost(cfgs).run(cfgs, reporters)
