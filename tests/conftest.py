@@ -190,7 +190,8 @@ def run_sweep(
 ) -> subprocess.CompletedProcess:
     """`python -m sweeper -m <args>` in cwd (one seed unless args name the seeds), with its own
     MLflow store there (popen's env, when given, replaces sweep_env(cwd, store))."""
-    popen.setdefault("env", sweep_env(cwd, store))
+    if "env" not in popen:  # not setdefault: sweep_env places a store in cwd
+        popen["env"] = sweep_env(cwd, store)
     return subprocess.run(
         [sys.executable, "-m", "sweeper", "-m", *one_seed_unless_named(args)],
         cwd=cwd,

@@ -380,6 +380,19 @@ TWO_RANKS = ["backend=trl", "backend.processes=2", "batch_size=4", "group_size=4
 TWO_RANKS += ["max_steps=6", "eval_every=3", "task.eval_size=16", "hydra.sweeper.health=[]"]
 
 
+def _logged_steps(cwd: Path, metric: str) -> set[int]:
+    """The steps of `metric` any run of the sweep in cwd has logged so far (none before its
+    MLflow store or its experiment exists)."""
+    if not (cwd / "mlflow.db").exists():
+        return set()
+    client = _mlflow(cwd)
+    experiment = client.get_experiment_by_name("grpo")
+    if experiment is None:
+        return set()
+    runs = client.search_runs([experiment.experiment_id])
+    return {m.step for r in runs for m in client.get_metric_history(r.info.run_id, metric)}
+
+
 def _ranks(sweep: subprocess.Popen) -> list:
     """The trial's rank processes: children of torch.distributed's launcher, itself started as
     `python -m trainer.backends.rank --standalone ...`."""
@@ -416,16 +429,16 @@ def test_a_two_process_trial_is_one_run_and_one_value(tmp_path):
 def test_a_killed_rank_loses_the_trial_and_the_same_command_completes_it(tmp_path):
     import psutil
 
-    # 40 steps, not 6: on a fast CPU 6 steps ended within the 5 s before the kill
+    # 40 steps: the kill lands after the first, with steps still to run on any CPU
     long = [o for o in TWO_RANKS if not o.startswith(("max_steps=", "eval_every="))]
     long += ["max_steps=40", "eval_every=0", "lr=1e-3"]
     sweep = start_sweep(tmp_path, *long, stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 300
-    while not list(tmp_path.glob("multirun/*/*/t0/*")) or len(_ranks(sweep)) < 2:
-        assert time.monotonic() < deadline and sweep.poll() is None, "no trial with 2 ranks"
+    # into training: both ranks up and the first step logged (a state, not a guess of seconds)
+    while len(_ranks(sweep)) < 2 or not _logged_steps(tmp_path, "loss"):
+        assert time.monotonic() < deadline and sweep.poll() is None, "no step on 2 ranks"
         time.sleep(0.2)
-    time.sleep(5)  # into training
     ranks = _ranks(sweep)
     ranks[-1].send_signal(signal.SIGKILL)
     _, stderr = sweep.communicate(timeout=600)
