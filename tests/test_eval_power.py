@@ -66,3 +66,21 @@ def test_a_large_enough_eval_says_nothing(tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Eval too small" not in done.stderr
     assert "hit max_tokens" not in done.stderr
+
+
+def test_a_data_file_too_small_says_how_many_rows_would_tell():
+    """task=jsonl holds out a share of its rows: the line names the share that would tell, or
+    that the file itself is too small (issue 74's walk: 40 rows, 4 held out)."""
+    from omegaconf import OmegaConf
+
+    from sweeper.plan.eval_power import eval_size_warning
+
+    jsonl = OmegaConf.create({"eval_fraction": 0.1, "eval_split": None})
+    assert eval_size_warning(jsonl, 4, "eval/reward/mean", 0.2) == (
+        "Eval too small: 4 problems tell apart only gaps of 0.69+ "
+        "(0.2 takes 49 held-out rows; the file holds about 40)"
+    )
+    assert eval_size_warning(jsonl, 40, "eval/reward/mean", 0.2) == (
+        "Eval too small: 40 problems tell apart only gaps of 0.22+ "
+        "(task.eval_fraction=0.12, about 49 of 400 rows, tells 0.2)"
+    )

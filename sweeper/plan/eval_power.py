@@ -49,20 +49,21 @@ def eval_size_warning(task_cfg, problems: int, objective: str, looked_for: float
     # Short enough for one terminal line: (docs/sweeping.md, "What a sweep cannot learn") says why.
     return (
         f"Eval too small: {problems} problems tell apart only gaps of {smallest:.2f}+ "
-        f"({_more_problems(task_cfg, problems, need)} tells {looked_for:g})"
+        f"({_more_problems(task_cfg, problems, need, looked_for)})"
     )
 
 
-def _more_problems(task_cfg, problems: int, need: int) -> str:
+def _more_problems(task_cfg, problems: int, need: int, looked_for: float) -> str:
+    """What would tell gaps of looked_for apart: the setting, or more data."""
     if "eval_size" in task_cfg:
-        return f"task.eval_size={need}"
+        return f"task.eval_size={need} tells {looked_for:g}"
     fraction = task_cfg.get("eval_fraction")
     if fraction and task_cfg.get("eval_split") is None:
         rows = round(problems / fraction)
         if need < rows:
-            return f"task.eval_fraction={need / rows:.2g} (about {need} of {rows} rows)"
-        return f"more rows (the file holds about {rows}; task.eval_fraction holds out a share)"
-    return "a larger eval set"
+            return f"task.eval_fraction={need / rows:.2g}, about {need} of {rows} rows, tells {looked_for:g}"
+        return f"{looked_for:g} takes {need} held-out rows; the file holds about {rows}"
+    return f"a larger eval set tells {looked_for:g}"
 
 
 def _task_configs(config_loader, master_config: DictConfig, space: SearchSpace):
