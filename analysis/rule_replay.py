@@ -46,6 +46,14 @@ class Run:
     error: str | None = None  # the library's run that blew up (non-finite): a collapse
     eval_every: int = 1  # the cadence it was recorded at: a replay's must be a multiple
 
+    def __post_init__(self) -> None:
+        """The held-out metric's standard error where a recording lacks it (the library's
+        older runs logged none for a reward part): what the trainer logs now, from eval_size."""
+        key = names.stderr_of(self.heldout_metric)
+        for m in self.steps.values():
+            if is_finite_number(m.get(self.heldout_metric)) and not is_finite_number(m.get(key)):
+                m[key] = eval_stderr(self, m)
+
     @property
     def last_step(self) -> int:
         return max(self.steps)

@@ -15,6 +15,7 @@ from trainer.run.health.rules import (
     Check,
     Guard,
     HealthRule,
+    Unit,
     default_rules,
     failure_mode_rules,
     rules_from_settings,

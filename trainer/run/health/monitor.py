@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from records.metrics import is_finite_number
+from records.metrics import is_finite_number, stderr_of
 from trainer.run.health.rules import (
     EARLY_FACTOR,
     GUARD_WINDOW,
@@ -15,12 +15,14 @@ from trainer.run.health.rules import (
     Check,
     Guard,
     HealthRule,
+    Unit,
 )
 
 
 class HealthMonitor:
     """Checks the rules on each step's metrics; keeps each rule's streak, the baselines (step
-    0), each metric's first value after step 0, its best so far and its recent values."""
+    0), each metric's first value after step 0, its best so far (with the standard error
+    logged beside it there) and its recent values."""
 
     def __init__(self, rules: Iterable[HealthRule]) -> None:
         self.rules = list(rules)
@@ -28,6 +30,7 @@ class HealthMonitor:
         self.baselines: dict[str, float] = {}
         self.firsts: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
+        self.peak_stderrs: dict[str, float] = {}
         self.recent: dict[str, list[float]] = {}
 
     def state(self) -> dict[str, Any]:
@@ -38,15 +41,19 @@ class HealthMonitor:
             "baselines": dict(self.baselines),
             "firsts": dict(self.firsts),
             "peaks": dict(self.peaks),
+            "peak_stderrs": dict(self.peak_stderrs),
             "recent": {k: list(v) for k, v in self.recent.items()},
         }
 
     def load_state(self, state: Any) -> None:
         """Continue from a saved `state()` (read from a shared folder: checked, ValueError
-        saying what is wrong). A rule the state does not know starts with no streak."""
+        saying what is wrong). A rule the state does not know starts with no streak; a state
+        saved before peaks kept their standard errors has none."""
+        if isinstance(state, dict) and set(state) == set(self.state()) - {"peak_stderrs"}:
+            state = {**state, "peak_stderrs": {}}
         if not isinstance(state, dict) or set(state) != set(self.state()):
             raise ValueError(f"health state is not {sorted(self.state())}")
-        for key in ("streaks", "baselines", "firsts", "peaks", "recent"):
+        for key in ("streaks", "baselines", "firsts", "peaks", "peak_stderrs", "recent"):
             part = state[key]
             if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
                 raise ValueError(f"health state's {key} is not a dict by name")
@@ -61,6 +68,7 @@ class HealthMonitor:
         self.baselines = dict(state["baselines"])
         self.firsts = dict(state["firsts"])
         self.peaks = dict(state["peaks"])
+        self.peak_stderrs = dict(state["peak_stderrs"])
         self.recent = {k: list(v) for k, v in state["recent"].items()}
 
     def check(self, step: int, metrics: Mapping[str, float]) -> Breach | None:
@@ -110,7 +118,11 @@ class HealthMonitor:
             if not is_finite_number(value):
                 continue
             self.firsts.setdefault(key, value)
-            self.peaks[key] = max(value, self.peaks.get(key, value))
+            if value >= self.peaks.get(key, value):
+                self.peaks[key] = value
+                stderr = metrics.get(stderr_of(key))
+                if is_finite_number(stderr):
+                    self.peak_stderrs[key] = stderr
             self.recent[key] = [*self.recent.get(key, [])[-(GUARD_WINDOW - 1) :], value]
 
     def rising(self, metric: str, rise: float, now: Mapping[str, float]) -> bool | None:
@@ -125,22 +137,41 @@ class HealthMonitor:
 
     def _gate(self, rule: HealthRule, now: Mapping[str, float], value: float) -> bool:
         """Guard.not_improved: whether the guard metric's latest value after step 0 (this
-        step's included) is no more than `rise` above its baseline. Before it has one (the
-        first eval after step 0 not yet in, or evals off) the check alone decides, at
-        EARLY_FACTOR times the bound: a fast learner's KL sits below it, a collapse's far above."""
+        step's included) is no more than `rise` above its baseline (`rise` in `guard_unit`),
+        or has fallen more than `guard_fall` standard errors below its best. Before it has
+        one (the first eval after step 0 not yet in, or evals off), or without the standard
+        error a margin in standard errors needs, the check alone decides at EARLY_FACTOR times
+        the bound: a fast learner's KL sits below it, a collapse's far above."""
         if rule.guard != Guard.not_improved:
             return True
-        latest = now.get(rule.guard_metric)
+        metric = rule.guard_metric
+        latest, latest_se = now.get(metric), now.get(stderr_of(metric))
         if not is_finite_number(latest):
-            latest = (self.recent.get(rule.guard_metric) or [None])[-1]
-        baseline = self.baselines.get(rule.guard_metric)
-        if latest is None or baseline is None:
+            latest = (self.recent.get(metric) or [None])[-1]
+            latest_se = (self.recent.get(stderr_of(metric)) or [None])[-1]
+        baseline = self.baselines.get(metric)
+        margin = rule.rise
+        if rule.guard_unit == Unit.stderr and latest is not None:
+            spread = _spread(latest_se, self.baselines.get(stderr_of(metric)))
+            margin = None if spread is None else rule.rise * spread
+        if latest is None or baseline is None or margin is None:
             return (
                 rule.bound is None
                 or not is_finite_number(value)
                 or value > EARLY_FACTOR * rule.bound
             )
-        return latest <= baseline + rule.rise
+        return latest <= baseline + margin or self._fell(rule, now)
+
+    def _fell(self, rule: HealthRule, now: Mapping[str, float]) -> bool:
+        """Whether the guard metric's value this step is more than `guard_fall` standard
+        errors below its best."""
+        metric = rule.guard_metric
+        value = now.get(metric)
+        if rule.guard_fall is None or not is_finite_number(value):
+            return False  # judged on the steps the guard metric is logged
+        peak = max(value, self.peaks.get(metric, value))
+        spread = _spread(now.get(stderr_of(metric)), self.peak_stderrs.get(metric))
+        return spread is not None and peak - value > rule.guard_fall * spread
 
     def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""
@@ -148,7 +179,7 @@ class HealthMonitor:
             return not is_finite_number(value)
         if not is_finite_number(value):
             return None  # NaN is the not_finite rules' business
-        holds = self._compare(rule, value)
+        holds = self._compare(rule, value, now)
         if not holds or rule.guard in (Guard.none, Guard.not_improved):
             return holds
         rising = self.rising(rule.guard_metric, rule.rise, now)
@@ -156,11 +187,13 @@ class HealthMonitor:
             return holds if rule.guard == Guard.not_rising else None
         return rising == (rule.guard == Guard.rising)
 
-    def _compare(self, rule: HealthRule, value: float) -> bool | None:
+    def _compare(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
         if rule.check == Check.above:
             return value > rule.bound
         if rule.check == Check.below:
             return value < rule.bound
+        if rule.check == Check.fell_from_peak:
+            return self._fell_from_peak(rule, value, now)
         reference = {
             Check.below_baseline: self.baselines,
             Check.below_peak: self.peaks,
@@ -173,7 +206,47 @@ class HealthMonitor:
             return value < rule.bound * reference
         if rule.check == Check.ratio_above:
             return value > rule.bound * reference
-        return value < reference - rule.bound
+        theirs = (
+            self.baselines.get(stderr_of(rule.metric))
+            if rule.check == Check.below_baseline
+            else self.peak_stderrs.get(rule.metric)
+        )
+        margin = self._margin(rule, now.get(stderr_of(rule.metric)), theirs)
+        return None if margin is None else value < reference - margin
+
+    def _margin(self, rule: HealthRule, mine: float | None, theirs: float | None) -> float | None:
+        """The bound in the metric's units: as given, or that many standard errors of the
+        difference of two values (None where one was logged without its standard error: the
+        check is not judged)."""
+        if rule.unit == Unit.absolute:
+            return rule.bound
+        spread = _spread(mine, theirs)
+        return None if spread is None else rule.bound * spread
+
+    def _fell_from_peak(
+        self, rule: HealthRule, value: float, now: Mapping[str, float]
+    ) -> bool | None:
+        """Learned, then broke: the best so far rose more than the bound above the baseline,
+        and the value is back at or below the baseline and more than the bound below that
+        best."""
+        metric = rule.metric
+        base, peak = self.baselines.get(metric), self.peaks.get(metric)
+        if base is None or peak is None:
+            return None
+        peak_se, base_se = self.peak_stderrs.get(metric), self.baselines.get(stderr_of(metric))
+        learned = self._margin(rule, peak_se, base_se)
+        fell = self._margin(rule, now.get(stderr_of(metric)), peak_se)
+        if learned is None or fell is None:
+            return None
+        return peak - base > learned and value <= base and peak - value > fell
+
+
+def _spread(mine: float | None, theirs: float | None) -> float | None:
+    """The standard error of a difference of two independent estimates; None if one is
+    missing."""
+    if not (is_finite_number(mine) and is_finite_number(theirs)):
+        return None
+    return (mine**2 + theirs**2) ** 0.5
 
 
 def _number(value: Any, kind: type) -> bool:

@@ -33,6 +33,17 @@ class Check(str, Enum):
     below_peak = "below_peak"  # value < (the best value so far) - bound
     ratio_below = "ratio_below"  # value < bound x (its first value after step 0)
     ratio_above = "ratio_above"  # value > bound x (its first value after step 0)
+    fell_from_peak = "fell_from_peak"  # learned, then broke: its best rose more than `bound`
+    # above the baseline, and the value is back at or below the baseline and more than `bound`
+    # below that best
+
+
+class Unit(str, Enum):
+    """What a below_baseline / below_peak / fell_from_peak bound counts in."""
+
+    absolute = "absolute"  # the metric's own units
+    stderr = "stderr"  # standard errors of the difference, from the `<metric>/stderr` logged
+    # beside it (an eval's, over its problems): the same rule on a 64- or a 400-problem eval
 
 
 class Action(str, Enum):
@@ -74,14 +85,22 @@ class HealthRule:
     guard: Guard = Guard.none
     guard_metric: str = metrics.REWARD
     rise: float = 0.05  # how far above its first value the guard metric's recent mean must be
+    unit: Unit = Unit.absolute
+    guard_unit: Unit = Unit.absolute  # what `rise` counts in for Guard.not_improved
+    guard_fall: float | None = None  # not_improved also opens once the guard metric's latest
+    # value is this many standard errors below its best: a rise earlier in the run shields
+    # nothing after a break
 
     def __post_init__(self) -> None:  # "above" as well as Check.above
-        for name, kind in (("check", Check), ("action", Action), ("guard", Guard)):
+        for name, kind in KINDS.items():
             object.__setattr__(self, name, kind(getattr(self, name)))
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        return {**data, **{k: getattr(self, k).value for k in ("check", "action", "guard")}}
+        return {**data, **{k: getattr(self, k).value for k in KINDS}}
+
+
+KINDS = {"check": Check, "action": Action, "guard": Guard, "unit": Unit, "guard_unit": Unit}
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,7 @@ class Breach:
     action: str = Action.prune.value
     detail: str = ""  # the guard that held (" while reward/mean was not rising"); a
     # stop said in its own sentence (no metric: a forecast's, judge/forecast.py)
+    unit: str = Unit.absolute.value
 
     def __str__(self) -> str:
         value = "nan/inf" if self.value is None else f"{self.value:.3g}"
@@ -106,7 +126,8 @@ class Breach:
         if self.check == Check.not_finite.value:
             what = f"{self.metric}={value} is not finite"
         elif self.check in WORDS:
-            what = f"{self.metric}={value} {WORDS[self.check].format(self.bound)}"
+            amount = f"{self.bound:g}" + (" standard errors" if self.unit == Unit.stderr else "")
+            what = f"{self.metric}={value} {WORDS[self.check].format(amount)}"
         else:
             sign = ">" if self.check == Check.above.value else "<"
             what = f"{self.metric}={value} {sign} {self.bound:g}"
@@ -123,26 +144,31 @@ class Breach:
 
 
 WORDS = {
-    Check.below_baseline.value: "fell more than {:g} below its baseline",
-    Check.below_peak.value: "fell more than {:g} below its best",
-    Check.ratio_below.value: "< {:g} x its first value",
-    Check.ratio_above.value: "> {:g} x its first value",
+    Check.below_baseline.value: "fell more than {} below its baseline",
+    Check.below_peak.value: "fell more than {} below its best",
+    Check.fell_from_peak.value: "rose, then fell back to its baseline, more than {} below its best",
+    Check.ratio_below.value: "< {} x its first value",
+    Check.ratio_above.value: "> {} x its first value",
 }
 
 
-# The post-update KL of runs that end within noise of the best reached 0.01-0.2 in their first
-# steps on the tiny model (lr=5e-3), while every run that collapsed stayed above 0.1 for 3 steps
-# in a row by step 10: its default bound is this many times kl_threshold. On SmolLM2 a run that
-# learns fastest moves as far (0.12-0.8) while its held-out reward climbs, so the rule fires
-# only while the held-out reward is not above its baseline (bench/HEALTH.md). Not the training
-# reward: its window against the noisy step-1 batch read SmolLM2 lr=1e-2's collapse as rising.
-POST_UPDATE_KL_FACTOR = 10
-# The KL rule's guard margin: it fires only while the held-out reward's latest eval is not above
-# its step-0 baseline. 0.05 (about 2 standard errors of a 400-problem eval) let a slow learner's
-# noisy eval at lr=7e-3 open the guard: 2 of 56 learners pruned on the calibration part's 263
-# runs, none at margin 0, with 96 of 98 broken runs still caught (bench/HEALTH.md, "Error
-# rates on the held-out part": 0 of 145 learners pruned on seeds recorded after this).
-POST_UPDATE_KL_RISE = 0.0
+# The rules that read the held-out reward count in its own noise: standard errors of a
+# difference, from the `<metric>/stderr` the eval logs beside it, so one rule fits a 64-problem
+# eval on SmolLM2 and a 400-problem one on the tiny model (an absolute 0.1 could never fire on
+# a task whose baseline is under 0.1). Calibrated on the recorded-curve library's calibration
+# part (tiny, 240 runs; SmolLM2, 17 runs), counting errors whatever a run's label
+# (bench/health_rates.py, `python bench/health_rates.py --part calibration --variants`):
+# - post_update_kl at 20 x kl_threshold, while the held-out reward is 2 standard errors below
+#   its baseline or 3 below its best. At 10 x and "not above its baseline", flat runs whose eval
+#   wandered within noise were pruned on a KL of 0.1-0.2: 9 of 131 runs that ended above their
+#   baseline plus a standard error at eval_every=2 (4 with these).
+# - eval_collapse at 3 standard errors below the baseline on 2 evals in a row (one noisy eval
+#   pruned flat runs at 2-2.5); learned_then_broke at 3 standard errors.
+POST_UPDATE_KL_FACTOR = 20
+POST_UPDATE_KL_RISE = -2.0  # standard errors above the baseline (below: negative)
+POST_UPDATE_KL_FALL = 3.0  # standard errors below its best: a rise earlier shields no break
+COLLAPSE_STDERRS = 3.0
+BROKE_STDERRS = 3.0
 # Before the held-out reward has a value after its baseline, a guarded rule fires only at this
 # many times its bound. Calibration curves (bench/results/health_curves.json, SmolLM2 seed 0):
 # SmolLM2 lr=1e-3, the fastest learner, peaks at 0.39 (3.9x the KL bound) in its first steps;
@@ -169,6 +195,8 @@ def default_rules(
             guard=Guard.not_improved,
             guard_metric=objective,
             rise=POST_UPDATE_KL_RISE,
+            guard_unit=Unit.stderr,
+            guard_fall=POST_UPDATE_KL_FALL,
         ),
         HealthRule(
             "sampler_kl",
@@ -184,8 +212,18 @@ def default_rules(
             "eval_collapse",
             objective,
             Check.below_baseline,
-            0.1,
+            COLLAPSE_STDERRS,
+            patience=2,
             advice="the policy collapsed: lower lr",
+            unit=Unit.stderr,
+        ),
+        HealthRule(
+            "learned_then_broke",
+            objective,
+            Check.fell_from_peak,
+            BROKE_STDERRS,
+            advice="the run learned, then broke: lower lr, or keep its best checkpoint",
+            unit=Unit.stderr,
         ),
         *failure_mode_rules(objective),
     ]
@@ -280,6 +318,8 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
         ("check", Check, Check.above),
         ("action", Action, Action.prune),
         ("guard", Guard, Guard.none),
+        ("unit", Unit, Unit.absolute),
+        ("guard_unit", Unit, Unit.absolute),
     ):
         value = item.get(key, default)
         try:
@@ -289,13 +329,16 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
             raise ValueError(f"{where}.{key}={value!r}: must be one of {allowed}") from None
     if item["check"] in (Check.above, Check.below) and item.get("bound") is None:
         item["bound"] = kl_threshold
-    if item["check"] in (Check.below_baseline, Check.below_peak) and item.get("bound") is None:
+    if item["check"] in (Check.below_baseline, Check.below_peak, Check.fell_from_peak) and (
+        item.get("bound") is None
+    ):
         item["bound"] = 0.0
     if item["check"] in (Check.ratio_below, Check.ratio_above) and item.get("bound") is None:
         raise ValueError(f"{where}.bound: a {item['check'].value} rule needs a bound (a factor)")
-    bound = item.get("bound")
-    if bound is not None and not is_finite_number(bound):
-        raise ValueError(f"{where}.bound={bound!r}: must be a finite number")
+    for key in ("bound", "guard_fall"):
+        value = item.get(key)
+        if value is not None and not is_finite_number(value):
+            raise ValueError(f"{where}.{key}={value!r}: must be a finite number")
     for key, low in (("patience", 1), ("warmup_steps", 0)):
         value = item.get(key, low)
         if not isinstance(value, int) or value < low:
