@@ -17,7 +17,14 @@ than its noise" is a difference beyond Z standard errors of that difference.
   flat                none of those: no change beyond noise
 
 The first that holds, in that order. `broke_at` is the first step where the break is visible
-in the smoothed curve: what a rule's delay is measured from. Pure: no store, no torch.
+in the smoothed curve: what a rule's delay is measured from.
+
+A label can hide an error: a smoothed two-eval drop reads "flat", and a pruned "flat" run is
+no false prune. So errors are also counted on the run's end alone, whatever its label
+(`ending`): a run that ENDED_UP (its last END_WINDOW evals' mean at or above its baseline plus
+the baseline's standard error) should not have been pruned; one that BROKE_DOWN (that mean
+below its baseline and below its best END_WINDOW-eval mean by more than its noise) should have
+been pruned or warned. Pure: no store, no torch.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 WINDOW = 5  # points a level is averaged over
+END_WINDOW = 3  # evals a run's end (and, for `ending`, its best) is averaged over
 Z = 1.96  # standard errors of a difference that count as more than noise (95%, two-sided)
 
 HACKED = "hacked"
@@ -36,6 +44,8 @@ LEARNING = "learning"
 FLAT = "flat"
 LABELS = (HACKED, BROKE, COLLAPSED, LEARNING, FLAT)
 BROKEN = (HACKED, BROKE, COLLAPSED)  # what a rule should catch
+ENDED_UP = "ended_up"
+BROKE_DOWN = "broke_down"
 
 
 @dataclass(frozen=True)
@@ -111,3 +121,16 @@ def label(heldout: Sequence[Point], train: Sequence[Point], window: int = WINDOW
 
 def _first_below(levels: Sequence[Point], reference: Point) -> int | None:
     return next((p.step for p in levels if beyond_noise(reference, p)), None)
+
+
+def ending(heldout: Sequence[Point]) -> str | None:
+    """ENDED_UP, BROKE_DOWN or None (neither) from a whole run's eval points, step 0 first."""
+    if len(heldout) < 2:
+        return None
+    base, levels = heldout[0], smoothed(heldout[1:], END_WINDOW)
+    end, best = levels[-1], max(levels, key=lambda p: p.value)
+    if end.value >= base.value + base.stderr:
+        return ENDED_UP
+    if end.value < base.value and beyond_noise(best, end):
+        return BROKE_DOWN
+    return None

@@ -18,7 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.curve_labels import BROKEN, COLLAPSED, FLAT, HACKED, LEARNING, Label, Point, label
+from analysis.curve_labels import (
+    BROKE_DOWN,
+    BROKEN,
+    COLLAPSED,
+    ENDED_UP,
+    FLAT,
+    HACKED,
+    LEARNING,
+    Label,
+    Point,
+    ending,
+    label,
+)
 from analysis.load import StudyData, history
 from analysis.load import _training_runs as training_runs
 from records import metrics as names
@@ -70,6 +82,8 @@ class Outcome:
     pruned_by: str | None
     warned: dict[str, int]  # warning rule -> its first step (before any prune)
     last_step: int
+    ending: str | None = None  # ENDED_UP, BROKE_DOWN or None: counted whatever the label
+    cluster: str = ""  # runs that share it (a seed) are not independent for an interval
 
     @property
     def stop(self) -> int | None:
@@ -101,16 +115,33 @@ def run_rules(rules: Sequence[HealthRule], steps: Steps) -> tuple[Any, dict[str,
     return replay(rules, steps), {b.rule: b.step for b in warnings(rules, steps)}
 
 
+def heldout_points(run: Run) -> list[Point]:
+    return [
+        Point(s, m[run.heldout_metric], eval_stderr(run, m))
+        for s, m in sorted(run.steps.items())
+        if is_finite_number(m.get(run.heldout_metric))
+    ]
+
+
+def run_ending(run: Run) -> str | None:
+    """The run's end (curve_labels.ending); one that blew up broke down."""
+    if run.error:
+        return BROKE_DOWN
+    return ending(heldout_points(run)) if run.complete else None
+
+
+def seed_cluster(run: Run) -> str:
+    """A library run's seed (`...-seed<s>`): its runs share their problems and draws."""
+    tail = run.run.rsplit("-seed", 1)
+    return tail[1] if len(tail) == 2 else run.run
+
+
 def labelled(run: Run) -> Label | None:
     if run.error:
         return Label(COLLAPSED, run.last_step, f"not finite at step {run.last_step}")
     if not run.complete:
         return None
-    held = [
-        Point(s, m[run.heldout_metric], eval_stderr(run, m))
-        for s, m in sorted(run.steps.items())
-        if is_finite_number(m.get(run.heldout_metric))
-    ]
+    held = heldout_points(run)
     train = [
         Point(s, m[names.REWARD], m.get(names.REWARD_STD, 0.0) / math.sqrt(run.batch_size))
         for s, m in sorted(run.steps.items())
@@ -138,6 +169,8 @@ def outcome(rules: Sequence[HealthRule], run: Run, every: int, lab: Label | None
         breach.rule if breach else None,
         warned,
         run.last_step,
+        run_ending(run),
+        seed_cluster(run),
     )
 
 
@@ -149,6 +182,26 @@ def wilson(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def clustered_interval(
+    clusters: Mapping[str, tuple[int, int]], z: float = Z95
+) -> tuple[float, float]:
+    """A 95% interval for a share hits/n pooled over clusters {cluster: (hits, n)} whose runs
+    are not independent (a seed's runs share problems and draws): the ratio estimator's
+    cluster-robust standard error, sqrt(k/(k-1) * sum((h_c - p n_c)^2)) / n, floored at the
+    Wilson interval's width (one cluster, or no spread, says little). (0, 1) when n is 0."""
+    hits = sum(h for h, _ in clusters.values())
+    n = sum(m for _, m in clusters.values())
+    if n == 0:
+        return 0.0, 1.0
+    p, k = hits / n, len(clusters)
+    low, high = wilson(hits, n, z)
+    if k < 2:
+        return low, high
+    spread = sum((h - p * m) ** 2 for h, m in clusters.values()) * k / (k - 1)
+    half = z * math.sqrt(spread) / n
+    return max(0.0, min(low, p - half)), min(1.0, max(high, p + half))
 
 
 @dataclass
@@ -169,10 +222,24 @@ class Tally:
     delays: list[float] = field(default_factory=list)  # (stop - break) / run length
     steps: int = 0  # trial-steps the runs took unpruned
     saved: int = 0  # trial-steps after the prunes: what pruning saved
+    # Counted on each run's end, whatever its label (curve_labels.ending), by cluster (seed):
+    # {cluster: [ended up, of those pruned, broke down, of those neither pruned nor warned]}
+    ends: dict[str, list[int]] = field(default_factory=dict)
+    errors_by_label: dict[str, int] = field(default_factory=dict)
 
     def add(self, o: Outcome) -> None:
         self.runs += 1
         pruned = o.pruned_at is not None
+        counts = self.ends.setdefault(o.cluster, [0, 0, 0, 0])
+        if o.ending == ENDED_UP:
+            counts[0] += 1
+            counts[1] += pruned
+        if o.ending == BROKE_DOWN:
+            counts[2] += 1
+            counts[3] += o.stop is None
+        if (o.ending == ENDED_UP and pruned) or (o.ending == BROKE_DOWN and o.stop is None):
+            key = o.label or "unlabelled"
+            self.errors_by_label[key] = self.errors_by_label.get(key, 0) + 1
         self.prunes += pruned
         self.steps += o.last_step
         self.saved += o.last_step - o.pruned_at if pruned else 0
@@ -191,6 +258,20 @@ class Tally:
                 if o.broke_at is not None:
                     self.delays.append((o.stop - o.broke_at) / max(o.last_step, 1))
 
+    def ended_up(self) -> tuple[int, int, tuple[float, float]]:
+        """Runs that ended up and were pruned, of all that ended up, with a clustered 95%
+        interval: the false prunes, whatever the label."""
+        return self._share(0, 1)
+
+    def missed(self) -> tuple[int, int, tuple[float, float]]:
+        """Runs that broke down and were neither pruned nor warned, of all that broke down."""
+        return self._share(2, 3)
+
+    def _share(self, total: int, hit: int) -> tuple[int, int, tuple[float, float]]:
+        clusters = {c: (v[hit], v[total]) for c, v in self.ends.items()}
+        hits, n = sum(h for h, _ in clusters.values()), sum(m for _, m in clusters.values())
+        return hits, n, clustered_interval(clusters)
+
     @property
     def median_delay(self) -> float | None:
         return statistics.median(self.delays) if self.delays else None
@@ -199,24 +280,28 @@ class Tally:
         delay = "-" if self.median_delay is None else f"{self.median_delay:+.0%}"
         saved = f"{self.saved / self.steps:.0%}" if self.steps else "-"
         return (
-            f"{self.name:<28} {self.prunes:>6}  {rate(self.false_prunes, self.learning):<21} "
-            f"{rate(self.caught_as_required, self.broken):<21} "
-            f"{rate(self.caught, self.broken):<21} {delay:>6} "
+            f"{self.name:<28} {self.prunes:>6}  {shown_share(*self.ended_up()):<21} "
+            f"{shown_share(*self.missed()):<21} "
+            f"{rate(self.caught_as_required, self.broken):<21} {delay:>6} "
             f"{f'{self.flat_pruned}/{self.flat}':>6} {saved:>6}"
         )
 
 
-def rate(hits: int, n: int) -> str:
-    """hits/n with its share and 95% Wilson interval."""
+def shown_share(hits: int, n: int, interval: tuple[float, float]) -> str:
+    """hits/n with its share and a given 95% interval."""
     if n == 0:
         return "-/0"
-    low, high = wilson(hits, n)
-    return f"{hits}/{n} {hits / n:.0%} [{low:.0%}, {high:.0%}]"
+    return f"{hits}/{n} {hits / n:.0%} [{interval[0]:.0%}, {interval[1]:.0%}]"
+
+
+def rate(hits: int, n: int) -> str:
+    """hits/n with its share and 95% Wilson interval."""
+    return shown_share(hits, n, wilson(hits, n))
 
 
 HEADER = (
-    f"{'rules':<28} {'prunes':>6}  {'false prunes/learning':<21} {'caught as required':<21} "
-    f"{'caught (prune|warn)':<21} {'delay':>6} {'flat':>6} {'saved':>6}"
+    f"{'rules':<28} {'prunes':>6}  {'pruned/ended up':<21} {'missed/broke down':<21} "
+    f"{'caught as required':<21} {'delay':>6} {'flat':>6} {'saved':>6}"
 )
 
 
@@ -260,9 +345,11 @@ def replay_table(rules: Rules, runs: Iterable[Run], every: int) -> list[str]:
     shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     return [
         f"{len(runs)} runs at eval_every={every}: {shown}",
-        "rates with their 95% Wilson interval; delay: median (stop - break) / run steps; "
-        "caught as required: collapsed and learned-then-broke runs pruned, hacked runs pruned "
-        "or warned; flat: flat runs pruned; saved: trial-steps after the prunes / all",
+        "counted on each run's end whatever its label, 95% intervals clustered by seed: runs "
+        "that ended up (last 3 evals at or above baseline + 1 se) pruned; runs that broke down "
+        "(below baseline and their best) neither pruned nor warned. By label (Wilson): caught "
+        "as required (collapsed, learned-then-broke pruned; hacked pruned or warned); delay: "
+        "median (stop - break) / run steps; flat runs pruned; saved: trial-steps after prunes",
         HEADER,
         *(t.line() for t in tallies(rules, runs, every)),
     ]

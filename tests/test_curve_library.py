@@ -95,9 +95,9 @@ def test_replay_counts_catches_false_prunes_and_delay_at_a_cadence():
     runs = [
         Run("collapse", curve([0.3, 0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])),
         Run("learns", curve([0.3, 0.35, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5])),
-        # one eval dips below its baseline by more than eval_collapse's margin, then the run
-        # learns: eval_collapse prunes it at step 1, a false prune
-        Run("learns_after_a_dip", curve([0.3, 0.15, 0.4, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5])),
+        # two evals dip below the baseline by more than eval_collapse's 3 standard errors
+        # (0.3 - 3 x 0.02 x sqrt 2 = 0.215), then the run learns: pruned at step 2, a false prune
+        Run("learns_after_a_dip", curve([0.3, 0.15, 0.15, 0.45, 0.5, 0.5, 0.5, 0.5, 0.5])),
     ]
     rules = default_rules(0.01)
     dense = {t.name: t for t in tallies(rules, runs, every=1)}
@@ -109,12 +109,15 @@ def test_replay_counts_catches_false_prunes_and_delay_at_a_cadence():
         1,
     )
     assert (together.broken, together.caught, together.caught_pruned) == (1, 1, 1)
-    # smoothed over 5 points the collapse shows at step 2 ((0.3+0.3+0.1)/3), the eval rule
-    # fires there: no delay
-    assert together.delays == [0.0]
+    # counted on the end, whatever the label: two ended up (0.5 >= 0.3 + 0.02), one pruned;
+    # the collapse broke down (0.1 < 0.3, and 0.3 - 0.1 > 1.96 x 0.028) and was caught
+    assert together.ended_up()[:2] == (1, 2) and together.missed()[:2] == (0, 1)
+    # eval_collapse needs 2 evals in a row: the collapse shows at step 2, smoothed over 5
+    # points at step 2 ((0.3+0.3+0.1)/3): it fires at step 3, 1 of 8 steps late
+    assert together.delays == [0.125]
     assert dense["eval_collapse"].false_prunes == 1 and dense["eval_collapse"].caught == 1
-    # at eval_every=4 the eval rule sees the collapse at step 4: 2 of 8 steps late
-    assert tallies(rules, runs, every=4)[-1].delays == [0.25]
+    # at eval_every=4 the eval rule sees the collapse at steps 4 and 8: 6 of 8 steps late
+    assert tallies(rules, runs, every=4)[-1].delays == [0.75]
 
 
 def library_file(path: Path, name: str, evals: list[float], part: str = "calibration") -> Path:

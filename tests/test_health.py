@@ -98,7 +98,7 @@ def test_breach_round_trips_through_json_and_pickling():
 def test_default_rules_use_the_kl_threshold_and_round_trip_as_settings():
     rules = {r.metric: r for r in default_rules(0.02)}
     assert rules["kl_sample_train_v2"].bound == 0.02  # the seeds' rule, as it stands
-    assert rules["kl_pre_post_v2"].bound == pytest.approx(0.2)  # 10x: calibrated, HEALTH.md
+    assert rules["kl_pre_post_v2"].bound == pytest.approx(0.4)  # 20x: calibrated, HEALTH.md
     rules = default_rules(0.02)
     assert rules_from_settings([r.as_dict() for r in rules], 0.01) == rules
 
@@ -170,8 +170,8 @@ def test_the_readme_sweep_prunes_what_collapses_and_keeps_what_learns(tmp_path):
     # its KL (0.2-1.1) stays below the early bound (EARLY_FACTOR x), so the KL rule waits for
     # the first held-out eval after the baseline (step 10 at the default eval_every), which has
     # fallen: a fast learner's KL looks the same until then (bench/HEALTH.md)
-    assert breach.rule in ("post_update_kl", "eval_collapse") and breach.step <= 10
-    assert collapsed.user_attrs["steps_run"] <= 10  # of the default 50: pruned, not run out
+    assert breach.rule in ("post_update_kl", "eval_collapse") and breach.step <= 20
+    assert collapsed.user_attrs["steps_run"] <= 20  # of the default 50: pruned, not run out
     assert str(breach) in done.stdout  # the one line a person reads in the final table
 
 
@@ -192,25 +192,30 @@ def test_an_unstable_async_run_is_caught(composed):
 # --- the KL rule, guarded by the held-out reward (not the optimised training reward) -------
 
 KL2, EVAL, REWARD = "kl_pre_post_v2", "eval/reward/mean", "reward/mean"
+EVAL_SE = "eval/reward/stderr"
 
 
 def post_update_kl() -> list[HealthRule]:
     return [r for r in default_rules(0.01) if r.name == "post_update_kl"]
 
 
-def stream(kl: list[float], reward: list[float], evals: dict[int, float]) -> dict:
-    """Steps 1.. with KL and training reward, the held-out reward at the steps given (0: the
-    baseline)."""
-    steps: dict[int, dict[str, float]] = {0: {EVAL: evals[0]}}
+def stream(kl: list[float], reward: list[float], evals: dict[int, float], se: float = 0.05) -> dict:
+    """Steps 1.. with KL and training reward, the held-out reward (with its standard error) at
+    the steps given (0: the baseline)."""
+    steps: dict[int, dict[str, float]] = {0: {EVAL: evals[0], EVAL_SE: se}}
     for step, (k, r) in enumerate(zip(kl, reward, strict=True), start=1):
-        steps[step] = {KL2: k, REWARD: r, **({EVAL: evals[step]} if step in evals else {})}
+        steps[step] = {
+            KL2: k,
+            REWARD: r,
+            **({EVAL: evals[step], EVAL_SE: se} if step in evals else {}),
+        }
     return steps
 
 
 def test_a_kl_collapse_while_the_held_out_reward_falls_is_pruned_whatever_the_reward_did():
-    """SmolLM2 lr=1e-2 (bench/results/health_curves_smollm2_seed0.json, eval every 2 steps):
-    the training reward's window (0.125, 0.53, 0.03: mean 0.229 > 0.125 + 0.05) read as
-    rising under the old guard, which let this collapse through."""
+    """SmolLM2 lr=1e-2 (bench/results/health_curves_smollm2_seed0.json, eval every 2 steps, 64
+    problems): the training reward's window (0.125, 0.53, 0.03) read as rising under an old
+    guard, which let this collapse through. The eval fell 0.312 -> 0.125: 2.6 standard errors."""
     evals = {0: 0.312, 2: 0.125}
     breach = replay(post_update_kl(), stream([9.9, 11.8, 29.5], [0.125, 0.53, 0.03], evals))
     assert (breach.rule, breach.step, breach.value) == ("post_update_kl", 3, 29.5)
@@ -219,31 +224,39 @@ def test_a_kl_collapse_while_the_held_out_reward_falls_is_pruned_whatever_the_re
     assert replay(post_update_kl(), rising).step == 3
 
 
-def test_the_kl_rule_spares_a_slow_learner_whose_eval_sits_just_above_its_baseline():
-    """Tiny addition lr=7e-3 seed 16 of the calibration part (learning, 0.278 -> 0.34): KL over
-    0.1 for 3 steps while its step-30 eval, 0.287, is 0.009 above its baseline. The guard once
-    allowed 0.05 of slack there and pruned it at step 31; an eval at its baseline still prunes."""
-    evals = {0: 0.278, 10: 0.282, 20: 0.33, 30: 0.287}
-    kl = [0.02] * 28 + [0.12, 0.15, 0.11, 0.13]
-    run = stream(kl, [0.3] * 32, evals)
+def test_the_kl_rule_spares_a_flat_run_whose_eval_wanders_within_noise():
+    """Tiny addition lr=7e-3 seed 2 of the calibration part: KL 0.16-0.22 while its eval
+    wanders 0.29-0.38 about its 0.300 baseline (standard error 0.023), and it ends at 0.33,
+    above its baseline plus a standard error. The old rule (10 x kl_threshold, firing while
+    the eval was not above its baseline) pruned it at step 7; now the KL must pass 0.2 with the
+    eval 2 standard errors below its baseline (0.300 - 2 x 0.033 = 0.235)."""
+    evals = {0: 0.300, 2: 0.35, 4: 0.29, 6: 0.29}
+    kl = [0.05, 0.06, 0.22, 0.26, 0.21, 0.23, 0.25]
+    run = stream(kl, [0.3] * 7, evals, se=0.023)
     assert replay(post_update_kl(), run) is None
-    run[30][EVAL] = 0.278  # not above its baseline: the KL streak counts
-    assert replay(post_update_kl(), run).step == 31  # the third step over 0.1
+    old = replace(post_update_kl()[0], bound=0.1, rise=0.0, guard_unit="absolute")
+    assert replay([old], run).step == 5
+    run[6][EVAL] = 0.23  # 2.2 standard errors below its baseline: the KL streak counts
+    assert replay(post_update_kl(), run).step == 6
 
 
-def test_a_kl_breach_while_the_held_out_reward_climbs_is_kept():
-    """SmolLM2 lr=1e-3 seed 0 as recorded: KL above 0.1 on steps 1-3 and 8-10 while its eval
-    climbs 0.31 -> 0.88; the default rules keep it (without the guard: pruned at step 3)."""
-    kl = [0.171, 0.135, 0.391, 0.067, 0.09, 0.104, 0.044, 0.169, 0.24, 0.135, 0.091, 0.046]
+def test_a_kl_breach_while_the_held_out_reward_climbs_is_kept_and_a_later_fall_is_not():
+    """SmolLM2 lr=1e-3 seed 0's evals as recorded (0.31 -> 0.88, 64 problems), with a KL above
+    the bound throughout: kept while the eval climbs. Once it falls from its best (0.875)
+    more than 3 standard errors (to 0.55: 0.325 > 3 x 0.071), the earlier rise shields nothing,
+    though the eval is still above its baseline: the old guard (not above the baseline) kept
+    it."""
+    kl = [0.5] * 12
     reward = [0.125, 0.594, 0.594, 0.75, 0.625, 0.781, 0.781, 0.438, 0.594, 0.844, 0.75, 0.969]
     evals = {0: 0.312, 2: 0.547, 4: 0.734, 6: 0.844, 8: 0.875, 10: 0.828, 12: 0.766}
     run = stream(kl, reward, evals)
     assert replay(default_rules(0.01), run) is None
     unguarded = [replace(post_update_kl()[0], guard=Guard.none)]
     assert replay(unguarded, run).step == 3
-    # the same KL once the held-out reward has fallen back to its baseline: pruned
-    run[10][EVAL] = 0.30
+    run[10][EVAL] = 0.55
     assert replay(post_update_kl(), run).step == 10
+    old = replace(post_update_kl()[0], rise=0.0, guard_unit="absolute", guard_fall=None)
+    assert replay([old], run) is None
 
 
 def test_before_any_held_out_eval_the_kl_rule_fires_only_far_above_its_bound():
@@ -255,9 +268,70 @@ def test_before_any_held_out_eval_the_kl_rule_fires_only_far_above_its_bound():
     learner = stream([0.171, 0.135, 0.391], [0.125, 0.594, 0.594], {0: 0.312})
     assert replay(post_update_kl(), learner) is None
     # the streak counts below the early bound: the step that crosses it fires at once
-    crossing = stream([0.94, 0.75, 0.76, 0.4, 1.54], [0.1] * 5, {0: 0.31})
+    crossing = stream([0.94, 0.75, 0.76, 0.4, 2.54], [0.1] * 5, {0: 0.31})
     assert replay(post_update_kl(), crossing).step == 5
-    assert EARLY_FACTOR * post_update_kl()[0].bound == pytest.approx(1.0)
+    assert EARLY_FACTOR * post_update_kl()[0].bound == pytest.approx(2.0)
+    # an eval logged without its standard error cannot open a guard counted in them: the
+    # KL alone decides, as before the first eval
+    no_se = stream([0.5, 0.5, 0.5, 2.5], [0.1] * 4, {0: 0.31, 2: 0.05})
+    for step in no_se.values():
+        step.pop(EVAL_SE, None)
+    assert replay(post_update_kl(), no_se).step == 4
+
+
+# --- rules in the eval's own noise ---------------------------------------------------------
+
+
+def rule_named(name: str) -> list[HealthRule]:
+    return [r for r in default_rules(0.01) if r.name == name]
+
+
+def test_a_run_that_learned_then_broke_is_pruned_whatever_the_training_reward_did():
+    """Issue 73's SmolLM2 run (16 steps, eval every 2, 64 problems): the eval went 0.092 ->
+    0.262 at its peak -> 0.046 at the end while the training reward fell to 0. The rules before
+    this kept it: eval_collapse needed 0.1 below a 0.092 baseline, the KL guard was shut by the
+    evals above the baseline while the KL was high, and train_eval_divergence needs the
+    training reward to rise. Binomial standard errors over 64 problems: 0.036, 0.055, 0.026."""
+    evals = {0: 0.092, 2: 0.14, 4: 0.2, 6: 0.262, 8: 0.2, 10: 0.15, 12: 0.1, 14: 0.06, 16: 0.046}
+    ses = {0: 0.036, 2: 0.043, 4: 0.05, 6: 0.055, 8: 0.05, 10: 0.045, 12: 0.038, 14: 0.03}
+    ses[16] = 0.026
+    reward = [0.3, 0.35, 0.4, 0.45, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05, 0.02, 0.0, 0.0, 0.0, 0.0, 0.0]
+    kl = [0.05] * 8 + [0.15, 0.2, 0.15, 0.12, 0.05, 0.05, 0.05, 0.05]  # above 0.1 on steps 9-12
+    run = stream(kl, reward, evals)
+    for step, se in ses.items():
+        run[step][EVAL_SE] = se
+    breach = replay(default_rules(0.01), run)
+    # at step 14: 0.06 <= 0.092, and 0.262 - 0.06 = 0.202 > 3 x 0.063; the peak 0.262 rose
+    # 0.17 > 2 x 0.066 above the baseline (the step-12 eval, 0.1, is still above it)
+    assert (breach.rule, breach.step) == ("learned_then_broke", 14)
+    assert (
+        "is back at its baseline after learning, more than 3 standard errors below its best"
+        in str(breach)
+    )
+    old = [
+        replace(rule_named("post_update_kl")[0], bound=0.1, rise=0.0, guard_unit="absolute",
+                guard_fall=None),
+        replace(rule_named("eval_collapse")[0], bound=0.1, unit="absolute", patience=1),
+    ]  # fmt: skip
+    assert replay(old, run) is None
+    # within noise, no break: the same peak at a 16-problem eval's standard errors
+    noisy = {s: {**m, EVAL_SE: 0.1} if EVAL_SE in m else m for s, m in run.items()}
+    assert replay(rule_named("learned_then_broke"), noisy) is None
+
+
+def test_eval_collapse_counts_in_standard_errors_on_two_evals_in_a_row():
+    """A task whose baseline is 0.08: an absolute 0.1 below it can never happen. 3 standard
+    errors of the difference (64 problems: 0.034 and 0.01) is 0.106 x ... here 0.08 -> 0.0."""
+    evals = {0: 0.08, 2: 0.0, 4: 0.0}
+    run = stream([0.01] * 4, [0.1] * 4, evals, se=0.034)
+    run[2][EVAL_SE] = run[4][EVAL_SE] = 0.0
+    # 0.08 - 0.0 = 0.08 < 3 x 0.034: within noise at this eval size
+    assert replay(rule_named("eval_collapse"), run) is None
+    run[0][EVAL] = 0.2  # 0.2 - 0 = 0.2 > 0.102: fires on the second eval in a row
+    assert replay(rule_named("eval_collapse"), run).step == 4
+    old = replace(rule_named("eval_collapse")[0], bound=0.1, unit="absolute", patience=1)
+    run[0][EVAL] = 0.08
+    assert replay([old], run) is None
 
 
 # --- the monitor's state: saved with a checkpoint, a resumed run decides as one never stopped
@@ -278,6 +352,8 @@ def collapse() -> dict[int, dict[str, float]]:
         }
         if step % 4 == 0:
             steps[step][EVAL] = 0.30 + 0.05 * step if not broke else 0.10
+            steps[step][EVAL_SE] = 0.03
+    steps[0][EVAL_SE] = 0.03
     return steps
 
 

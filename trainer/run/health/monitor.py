@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from records.metrics import is_finite_number, stderr_of
@@ -111,6 +112,7 @@ class HealthMonitor:
             rule.advice,
             rule.action.value,
             trend,
+            rule.unit.value,
         )
 
     def _remember(self, metrics: Mapping[str, float]) -> None:
@@ -226,15 +228,15 @@ class HealthMonitor:
     def _fell_from_peak(
         self, rule: HealthRule, value: float, now: Mapping[str, float]
     ) -> bool | None:
-        """Learned, then broke: the best so far rose more than the bound above the baseline,
-        and the value is back at or below the baseline and more than the bound below that
-        best."""
+        """Learned, then broke: the best so far rose more than `rise` above the baseline, and
+        the value is back at or below the baseline and more than the bound below that best
+        (both in the rule's unit)."""
         metric = rule.metric
         base, peak = self.baselines.get(metric), self.peaks.get(metric)
         if base is None or peak is None:
             return None
         peak_se, base_se = self.peak_stderrs.get(metric), self.baselines.get(stderr_of(metric))
-        learned = self._margin(rule, peak_se, base_se)
+        learned = self._margin(replace(rule, bound=rule.rise), peak_se, base_se)
         fell = self._margin(rule, now.get(stderr_of(metric)), peak_se)
         if learned is None or fell is None:
             return None
