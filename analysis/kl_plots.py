@@ -24,7 +24,7 @@ from analysis.load import StudyData
 from records.metrics import KL_MEANING, readable, titled
 from records.sweep import StudyAttr
 from trainer.base.config import TrainConfig
-from trainer.run.health import Action, Check, Guard, HealthRule, rules_from_settings
+from trainer.run.health import Action, Check, Guard, HealthRule, guard_words, rules_from_settings
 
 THRESHOLD_CHECKS = (Check.above, Check.below)
 RULE_STYLE = {
@@ -61,20 +61,15 @@ def kl_metrics_watched(rules: Sequence[HealthRule] | None) -> list[str]:
 
 
 def rule_label(rule: HealthRule) -> str:
-    """What the rule does, in the words of its record: `post_update_kl prunes above 0.1 for
-    3 steps in a row, while eval/reward/mean is not above its baseline`."""
+    """What the rule does, in the words of its record: `post_update_kl prunes above 0.2 for
+    3 steps in a row, while eval/reward/mean is 2 standard errors below its baseline or ...`."""
     verb = "prunes" if rule.action == Action.prune else "warns"
     side = "above" if rule.check == Check.above else "below"
     steps = "1 step" if rule.patience == 1 else f"{rule.patience} steps in a row"
     text = f"{rule.name} {verb} {side} {rule.bound:g} for {steps}"
     if rule.warmup_steps:
         text += f" after step {rule.warmup_steps}"
-    guard = {
-        Guard.not_rising: f", while {rule.guard_metric} is not rising",
-        Guard.rising: f", while {rule.guard_metric} rises",
-        Guard.not_improved: f", while {rule.guard_metric} is not above its baseline",
-    }
-    return text + guard.get(rule.guard, "")
+    return text + "," + guard_words(rule) if rule.guard != Guard.none else text
 
 
 def draw_rules(ax, rules: Sequence[HealthRule], vertical: bool = False) -> list[float]:

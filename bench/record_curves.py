@@ -4,7 +4,7 @@ format for the health rules' error rates and the verdict/forecast replays.
 
     python bench/record_curves.py [--model tiny|smollm2] [--part calibration|heldout|all]
         [--tasks addition addition_length] [--lrs 3e-4 2e-3 ...] [--seeds 12] [--steps 50]
-        [--eval-every 2] [--out bench/results/curves] [--list]
+        [--eval-every 2] [--from-seed N] [--out bench/results/curves] [--list]
 
 Resumable run by run: a run's file is written when it ends and a rerun of the same command
 skips the runs whose file is there. Seeds are the sweeper's (`seeds_of(0, n)`); a run's part
@@ -65,7 +65,7 @@ def planned(args: argparse.Namespace) -> list[dict]:
     across the tasks, so a campaign cut short covers both tasks at its first seeds."""
     runs = []
     for seed in seeds_of(0, args.seeds):
-        if args.part not in ("all", part_of(seed)):
+        if args.part not in ("all", part_of(seed)) or seed < args.from_seed:
             continue
         for lr in args.lrs or MODEL_LRS[args.model]:
             for task in args.tasks or MODEL_TASKS[args.model]:
@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", help="conf/task names (default: the model's)")
     p.add_argument("--lrs", nargs="+", type=float, help="default: the model's range")
     p.add_argument("--seeds", type=int, default=12, help="seeds_of(0, N); parity picks the part")
+    p.add_argument(
+        "--from-seed", type=int, default=0, help="only seeds from this one (a batch after a freeze)"
+    )
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)

@@ -356,9 +356,9 @@ def test_kl_figure_draws_the_studys_own_rules(tmp_path: Path) -> None:
     assert post.get_title().startswith("post_update_kl: kl_pre_post_v2\npost-update KL")
     assert sampler.get_title().startswith("sampler_kl: kl_sample_train_v2\nsampler-vs-learner KL")
     assert _rule_lines(post) == {
-        "post_update_kl prunes above 0.1 for 3 steps in a row, "
-        "while eval/reward/mean is not above its baseline": (
-            pytest.approx(0.1),
+        "post_update_kl prunes above 0.2 for 3 steps in a row, while eval/reward/mean is 2 "
+        "standard errors below its baseline or 3 standard errors below its best": (
+            pytest.approx(0.2),
             "--",
         )
     }
@@ -369,12 +369,12 @@ def test_kl_figure_draws_the_studys_own_rules(tmp_path: Path) -> None:
     vertical = _rule_lines(
         reward_vs_kl(load_study(sw.storage)).axes[0], vertical=True
     )  # x: the post-update KL
-    assert [v for v, _ in vertical.values()] == [pytest.approx(0.1)]
+    assert [v for v, _ in vertical.values()] == [pytest.approx(0.2)]
 
     # kl_threshold=0.02 scales both bounds: the lines move with the rules the sweep stored.
     moved = _two_trials(Sweep(tmp_path / "b", threshold=0.02, rules=_default_rules(0.02)))
     post, sampler = kl_curves(load_study(moved.storage)).axes
-    assert [v for v, _ in _rule_lines(post).values()] == [pytest.approx(0.2)]
+    assert [v for v, _ in _rule_lines(post).values()] == [pytest.approx(0.4)]
     assert list(_rule_lines(sampler)) == ["sampler_kl prunes above 0.02 for 2 steps in a row"]
 
 

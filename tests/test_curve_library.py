@@ -17,16 +17,26 @@ from test_analysis import Sweep
 from analysis.__main__ import main
 from analysis.curve_labels import (
     BROKE,
+    BROKE_DOWN,
     COLLAPSED,
+    ENDED_UP,
     FLAT,
     HACKED,
     LEARNING,
     Point,
     batch_mean,
+    ending,
     label,
     smoothed,
 )
-from analysis.rule_replay import Run, at_cadence, library_run, tallies, wilson
+from analysis.rule_replay import (
+    Run,
+    at_cadence,
+    clustered_interval,
+    library_run,
+    tallies,
+    wilson,
+)
 from trainer.env.length_reward import length_bonus
 from trainer.env.rewards import score_batch
 from trainer.env.tasks import make_task
@@ -73,6 +83,33 @@ def test_wilson_interval_by_hand():
     assert wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_a_runs_end_is_read_whatever_its_label():
+    """Baseline 0.3 (se 0.02). Ended up: last 3 evals' mean 0.32 >= 0.32. Broke down: mean
+    0.2 < 0.3, and its best 3-eval mean 0.5 is above it by more than 1.96 x 0.028. A smoothed
+    label reads the first "flat" (5-point mean) and the second "learned then broke"; a fall
+    within noise is neither."""
+    assert ending(pts([0.3, 0.3, 0.3, 0.32, 0.32, 0.32])) == ENDED_UP
+    assert ending(pts([0.3, 0.5, 0.5, 0.5, 0.2, 0.2, 0.2])) == BROKE_DOWN
+    assert ending(pts([0.3, 0.31, 0.29, 0.29, 0.29])) is None
+    assert ending(pts([0.3])) is None
+
+
+def test_a_share_pooled_over_seeds_gets_an_interval_clustered_by_seed():
+    """Two seeds, (hits, n) = (2, 10) and (0, 10): p = 0.1; cluster-robust variance
+    k/(k-1) * sum (h - p n)^2 = 2 * (1 + 1) = 4, se = 2 / 20 = 0.1, half = 1.96 x 0.1 = 0.196:
+    [0, 0.296]; the interval is floored at Wilson's [0.028, 0.301], so [0, 0.301]. One seed or
+    equal seeds: Wilson's."""
+    low, high = clustered_interval({"1": (2, 10), "3": (0, 10)})
+    assert (low, high) == pytest.approx((0.0, wilson(2, 20)[1]), abs=1e-9)
+    assert wilson(2, 20)[1] == pytest.approx(0.301, abs=1e-3)
+    # more spread than Wilson allows: (5, 10) and (0, 10): p 0.25, se sqrt(2 x 12.5) / 20 =
+    # 0.25, half 0.49: [0, 0.74] against Wilson's [0.112, 0.469]
+    assert clustered_interval({"1": (5, 10), "3": (0, 10)}) == pytest.approx((0.0, 0.74), abs=1e-3)
+    assert clustered_interval({"1": (2, 20)}) == wilson(2, 20)
+    assert clustered_interval({"1": (1, 10), "3": (1, 10)}) == wilson(2, 20)
+    assert clustered_interval({}) == (0.0, 1.0)
 
 
 def test_a_sparser_cadence_drops_evals_between_and_keeps_the_last():

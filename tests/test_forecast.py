@@ -178,12 +178,14 @@ def evals(value: float) -> dict[str, float]:
 
 
 def test_a_collapse_at_an_eval_step_is_a_health_breach_not_a_forecast_stop():
-    """At step 10 eval falls from 0.3 to 0: eval_collapse fires and the forecast cannot reach
-    the incumbent's 0.5 either; the health rule is checked first and is what prunes."""
+    """At steps 10 and 20 eval falls from 0.3 to 0: eval_collapse fires on its second eval in
+    a row, and the forecast cannot reach the incumbent's 0.5 either; the health rule is checked
+    first and is what prunes."""
     reporter, _ = forecast_reporter(0.5)
     reporter.report(0, evals(0.3))
+    reporter.report(10, evals(0.0))  # one eval: a forecast needs 3 points, the rule 2 evals
     with pytest.raises(TrialPruned) as pruned:
-        reporter.report(10, evals(0.0))
+        reporter.report(20, evals(0.0))
     assert pruned.value.breach.rule == "eval_collapse"
     assert is_unsafe(pruned.value.breach.as_dict())  # health_breach: its region is unsafe
 
@@ -191,7 +193,7 @@ def test_a_collapse_at_an_eval_step_is_a_health_breach_not_a_forecast_stop():
 def test_the_forecast_still_stops_a_healthy_run_that_cannot_win():
     reporter, run = forecast_reporter(0.5)
     reporter.report(0, evals(0.3))
-    reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 0.1
+    reporter.report(10, evals(0.25))  # 0.05 under its baseline: within eval_collapse's 3 se
     with pytest.raises(TrialPruned) as pruned:  # from its third eval point (MIN_PRUNE_POINTS)
         reporter.report(20, evals(0.25))
     assert pruned.value.breach.check == FORECAST

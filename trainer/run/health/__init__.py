@@ -18,5 +18,6 @@ from trainer.run.health.rules import (
     Unit,
     default_rules,
     failure_mode_rules,
+    guard_words,
     rules_from_settings,
 )

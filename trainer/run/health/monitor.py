@@ -17,6 +17,7 @@ from trainer.run.health.rules import (
     Guard,
     HealthRule,
     Unit,
+    guard_words,
 )
 
 
@@ -96,11 +97,7 @@ class HealthMonitor:
         return fired
 
     def _breach(self, rule: HealthRule, value: float, step: int) -> Breach:
-        trend = {
-            Guard.not_rising: f" while {rule.guard_metric} was not rising",
-            Guard.rising: f" while {rule.guard_metric} rose",
-            Guard.not_improved: f" while {rule.guard_metric} was not above its baseline",
-        }.get(rule.guard, "")
+        trend = guard_words(rule, now=False)
         shown = float(value) if is_finite_number(value) else None
         return Breach(
             rule.name,
