@@ -283,3 +283,45 @@ def test_a_configuration_tied_with_a_racing_leader_is_judged_again_on_its_last_m
     nowait = bc.Policy("r", "auto", wait_for_leader=False)
     before = bc.outcome(bc.Sweep(p, nowait, ["a", "b", "c"], [0, 1, 2, 3, 4], "s", 2).run())
     assert before["seeds"] == {"a": 5, "b": 3, "c": 2} and before["pick"] == "a"
+
+
+def test_each_policy_is_paired_with_the_with_rules_grid_first_and_the_plain_one_second():
+    def got(steps: int, right: bool, strict: bool, regret: float) -> dict:
+        return {
+            "trial_steps": steps, "right": right, "strict": strict, "within_ties": right,
+            "regret": regret, "type1": 0, "type2": 0, "best_stopped": False,
+            "best_stopped_by": [], "seeds": {"a": 2},
+        }  # fmt: skip
+
+    rows = [  # two replays: the plain grid 300 steps, the with-rules one 200, the race 150/250
+        {
+            "fixed3": got(300, True, True, 0.0),
+            "fixed3_health": got(200, True, True, 0.0),
+            "race": got(150, True, False, 0.01),
+        },
+        {
+            "fixed3": got(300, True, False, 0.02),
+            "fixed3_health": got(200, False, False, 0.02),
+            "race": got(250, True, True, 0.0),
+        },
+    ]
+    s = bc.summary(rows, ["race"])["race"]
+    assert s["steps_share_of_fixed3_health"] == pytest.approx(1.0)  # 200 / 200
+    assert s["steps_share_of_fixed3"] == pytest.approx(200 / 300)
+    # regret minus each grid's, paired: (0.01 - 0) and (0 - 0.02): mean -0.005, se 0.015
+    low_high = 1.959964 * 0.015
+    assert s["regret_minus_fixed3_health"] == pytest.approx(
+        [-0.005, -0.005 - low_high, -0.005 + low_high]
+    )
+    assert s["regret_minus_fixed3"] == s["regret_minus_fixed3_health"]
+    assert s["right_minus_fixed3_health"][0] == pytest.approx(0.5)  # right 2/2 against 1/2
+    assert s["right_minus_fixed3"][0] == 0.0
+    assert s["strict_minus_fixed3"][0] == pytest.approx(0.0)  # 1/2 against 1/2
+    # the bar of issue 72 (<= 75% of the with-rules grid) and issue 49's (<= 25% of the plain)
+    bar = bc.qualifies(s)
+    assert not bar["against_fixed3_health"]["qualifies"]  # 100% of its steps
+    assert bar["against_fixed3_health"]["regret_no_worse"] and not bar["qualifies"]
+    # the tables put the with-rules grid first
+    over = bc.over_truths({"pool": bc.summary(rows, ["race", "fixed3_health", "fixed3"])})
+    head = bc.over_table(over)[2]
+    assert head.index("regret - fixed3_health") < head.index("regret - fixed3 |")
