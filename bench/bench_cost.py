@@ -775,6 +775,39 @@ def over_table(rows: dict) -> list[str]:
     return lines
 
 
+def headline(paths: Sequence[str], policy: str) -> list[str]:
+    """One policy on each pool of several results files, a row each: its share of the
+    with-rules seeds=3 grid's trial-steps (and of the plain one's), right and strict beside
+    each grid's, and its regret minus each grid's, paired over replays."""
+    lines = [
+        f"| {policy} | steps / {HEALTH_BASELINE}'s | / {BASELINE}'s | right ({HEALTH_BASELINE}, "
+        f"{BASELINE}) | strict (same) | regret - {HEALTH_BASELINE} | regret - {BASELINE} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        for pool in json.loads(Path(path).read_text())["pools"].values():
+            s, summ = pool["summary"][policy], pool["summary"]
+
+            def rate(key: str, of: str, summ: dict = summ) -> str:
+                return f"{summ[of][key][0]:.2f}" if of in summ else "-"
+
+            lines.append(
+                f"| {Path(path).stem.removeprefix('cost_')} ({pool['replays']}) | "
+                f"{shown_share(s, HEALTH_BASELINE)} | {shown_share(s, BASELINE)} | "
+                f"{s['right'][0]:.2f} ({rate('right', HEALTH_BASELINE)}, "
+                f"{rate('right', BASELINE)}) | {s['strict'][0]:.2f} "
+                f"({rate('strict', HEALTH_BASELINE)}, {rate('strict', BASELINE)}) | "
+                f"{shown(s.get(f'regret_minus_{HEALTH_BASELINE}'), 4, '+')} | "
+                f"{shown(s.get(f'regret_minus_{BASELINE}'), 4, '+')} |"
+            )
+    return lines
+
+
+def shown_share(s: dict, baseline: str) -> str:
+    share = s.get(f"steps_share_of_{baseline}")
+    return "-" if share is None else f"{share:.3f}"
+
+
 def over_results(paths: Sequence[str]) -> dict:
     """over_truths of every pool in several results files (one truth each: a held-out set
     judged in its own run), keyed by file and pool, since each file names its pool alike."""
@@ -951,12 +984,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validate", nargs="+", help="real sweeps' folders (sweeps.db, mlflow.db)")
     p.add_argument("--table", help="print a results JSON's tables as markdown, and stop")
     p.add_argument("--over", nargs="+", help="results JSONs: their figures over truths, and stop")
+    p.add_argument(
+        "--headline", nargs="+", metavar="POLICY FILE", help="a policy's row per pool, and stop"
+    )
     args = p.parse_args(argv)
     if args.table:
         print("\n".join(tables(json.loads(Path(args.table).read_text()))))
         return 0
     if args.over:
         print("\n".join(over_table(over_results(args.over))))
+        return 0
+    if args.headline:
+        print("\n".join(headline(args.headline[1:], args.headline[0])))
         return 0
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     memoized_forecasts()
