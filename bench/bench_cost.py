@@ -228,10 +228,14 @@ def load_curves(
         if steps > recorded or steps % data["eval_every"]:
             sys.exit(f"error: --max-steps={steps}: must be an eval step <= {recorded} ({path})")
         cut = "" if steps == recorded else f"-cut{steps}"
-        name = f"{data['model']}-{data['task']}-{recorded}steps{cut}"
+        grid = f"-{data['grid']}" if "grid" in data else ""  # bench/record_small_grids.py's
+        name = f"{data['model']}-{data['task']}{grid}-{recorded}steps{cut}"
         key = (name, steps, objective or data["heldout_metric"], data["eval_size"])
         curve = {s: m for s, m in library_run(data).steps.items() if s <= steps}
-        grouped.setdefault(key, {}).setdefault(f"lr={data['lr']:g}", {})[data["seed"]] = curve
+        label = f"lr={data['lr']:g}"
+        if "group_size" in data:  # a grid over group_size too: both, as the sweep lists them
+            label = f"group_size={data['group_size']} {label}"
+        grouped.setdefault(key, {}).setdefault(label, {})[data["seed"]] = curve
     return {
         name: Pool(name, steps, runs, chosen, eval_size=size)
         for (name, steps, chosen, size), runs in sorted(grouped.items())
@@ -556,7 +560,8 @@ def scored(truth: Truth, out: dict) -> dict:
     """The verdict against the truth. right: it names the truth's best, or a pick the truth
     ties with the best while calling the best tied with it; strict: the pick is the best;
     type I: a pair the verdict decides (the pick over another) that the truth ties; type II:
-    a pair it ties whose true gap exceeds the minimal difference."""
+    a pair it ties whose true gap exceeds the minimal difference; ties_called: every
+    configuration the truth ties with the pick is called tied with it."""
     best, pick = truth.best, out["pick"]
     worst = min(truth.means.values())
     tie = pick is not None and frozenset((pick, best)) in truth.ties
@@ -567,6 +572,14 @@ def scored(truth: Truth, out: dict) -> dict:
         "regret": truth.means[best] - (truth.means[pick] if pick is not None else worst),
         "type1": sum(frozenset((pick, o)) in truth.ties for o in out["decided"]),
         "type2": sum(truth.gap(pick, o) > truth.min_difference for o in out["tied"]),
+        # every configuration the truth ties with the pick is called tied with it (issue 72:
+        # a small grid's verdict calls the tie wherever the truth ties)
+        "ties_called": pick is not None
+        and all(
+            o in out["tied"]
+            for o in truth.means
+            if o != pick and frozenset((pick, o)) in truth.ties
+        ),
         "best_stopped": out["states"].get(best) != "COMPLETE",
         "best_stopped_by": out.get("stops", {}).get(best, []),
     }
@@ -628,6 +641,10 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
                 *wilson(sum(g["strict"] for g in got), n),
             ],
             "within_ties": sum(g["within_ties"] for g in got) / n,
+            "ties_called": [
+                sum(g.get("ties_called", False) for g in got) / n,
+                *wilson(sum(g.get("ties_called", False) for g in got), n),
+            ],
             "regret": mean_interval([g["regret"] for g in got]),
             "type1": sum(g["type1"] for g in got),
             "type2": sum(g["type2"] for g in got),

@@ -102,9 +102,11 @@ def test_a_verdict_is_scored_against_the_truth():
     assert t.best == "a" and frozenset("ab") in t.ties and t.min_difference == 0.02
     named = bc.scored(t, out("a", decided="bc"))
     assert named["strict"] and named["right"] and named["type1"] == 1  # a over b, a true tie
+    assert not named["ties_called"]  # the truth ties a and b; the verdict decided them
     tie_called = bc.scored(t, out("b", tied="a", decided="c"))
     assert not tie_called["strict"] and tie_called["right"] and tie_called["within_ties"]
     assert tie_called["regret"] == pytest.approx(0.01) and tie_called["type1"] == 0
+    assert tie_called["ties_called"]
     tie_missed = bc.scored(t, out("b", decided="ac"))  # b over a: wrong, a true tie decided
     assert not tie_missed["right"] and tie_missed["within_ties"] and tie_missed["type1"] == 1
     wrong = bc.scored(t, out("c", tied="ab", states={"a": "PRUNED"}))
