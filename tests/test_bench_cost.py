@@ -327,3 +327,25 @@ def test_each_policy_is_paired_with_the_with_rules_grid_first_and_the_plain_one_
     over = bc.over_truths({"pool": bc.summary(rows, ["race", "fixed3_health", "fixed3"])})
     head = bc.over_table(over)[2]
     assert head.index("regret - fixed3_health") < head.index("regret - fixed3 |")
+
+
+def test_a_one_seed_screen_stops_only_what_the_prior_seed_sd_separates():
+    # prior seed sd 0.02, eval stderrs 0.02: a one-seed gap counts beyond 2 x sqrt(2 x 0.02^2
+    # + 0.02^2 + 0.02^2) = 0.08. c (0.30 below a) stops after its one seed; b (0.01 below)
+    # races on with a, both from their second seed
+    p = pool(
+        a=[flat(0.50), flat(0.52), flat(0.51)],
+        b=[flat(0.49), flat(0.50), flat(0.51)],
+        c=[flat(0.20), flat(0.21), flat(0.22)],
+    )
+    policy = bc.Policy("screen", "auto", max_seeds=3, screen_sd=0.02, screen_z=2.0)
+    study = bc.Sweep(p, policy, ["c", "b", "a"], [0, 1, 2], "s", 2).run()
+    got = bc.outcome(study)
+    assert got["seeds"]["c"] == 1 and got["states"]["c"] == "COMPLETE"
+    assert got["seeds"]["a"] >= 2 and got["seeds"]["b"] >= 2 and got["pick"] == "a"
+    race = {t.user_attrs[bc.CONFIG]: t.user_attrs.get("race", "") for t in study.trials}
+    assert race["c"].startswith("screened out after 1 seed: t2 is better by 0.3 (> 2 x 0.04)")
+    # a gap inside the band: nothing is screened out, the race decides
+    wide = bc.Policy("screen", "auto", max_seeds=3, screen_sd=0.2, screen_z=2.0)
+    got = bc.outcome(bc.Sweep(p, wide, ["c", "b", "a"], [0, 1, 2], "s", 2).run())
+    assert got["seeds"]["c"] >= 2
