@@ -17,6 +17,11 @@ only once a policy is chosen (`--part heldout`). Seeds are the sweeper's (`seeds
 The eval runs every 10 steps, a sweep's default cadence (bench_cost.py's --eval-every 10
 replays it exactly), greedy decoding off as in the library. Resumable run by run, as
 record_curves.py: a rerun skips the runs whose file is there.
+
+Recorded niced on the shared 2-core host with OMP_NUM_THREADS=1 (two torch threads against
+other jobs ran 10-40x slower; the first three runs' final values were the same with both):
+
+    OMP_NUM_THREADS=1 nice -n 19 python bench/record_small_grids.py --part calibration
 """
 
 from __future__ import annotations
