@@ -349,3 +349,26 @@ def test_a_one_seed_screen_stops_only_what_the_prior_seed_sd_separates():
     wide = bc.Policy("screen", "auto", max_seeds=3, screen_sd=0.2, screen_z=2.0)
     got = bc.outcome(bc.Sweep(p, wide, ["c", "b", "a"], [0, 1, 2], "s", 2).run())
     assert got["seeds"]["c"] >= 2
+
+
+def test_a_policy_s_headline_row_gives_both_grids_side_by_side(tmp_path):
+    summary = {
+        "fixed3": {"right": [0.97, 0, 1], "strict": [0.6, 0, 1]},
+        "fixed3_health": {"right": [0.96, 0, 1], "strict": [0.6, 0, 1]},
+        "race": {
+            "right": [1.0, 0, 1],
+            "strict": [0.58, 0, 1],
+            "steps_share_of_fixed3_health": 1.0125,
+            "steps_share_of_fixed3": 0.5714,
+            "regret_minus_fixed3_health": [-0.0008, -0.0022, 0.0006],
+            "regret_minus_fixed3": [-0.0001, -0.0012, 0.001],
+        },
+    }
+    path = tmp_path / "cost_set.json"
+    path.write_text(json.dumps({"pools": {"p": {"replays": 100, "summary": summary}}}))
+    head, rule, row = bc.headline([str(path)], "race")
+    assert head.startswith("| race | steps / fixed3_health's | / fixed3's |")
+    assert row == (
+        "| set (100) | 1.012 | 0.571 | 1.00 (0.96, 0.97) | 0.58 (0.60, 0.60) | "
+        "-0.0008 [-0.0022, +0.0006] | -0.0001 [-0.0012, +0.0010] |"
+    )
