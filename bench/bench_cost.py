@@ -86,6 +86,13 @@ class Policy:
     warmup: int = 1  # pruner_warmup_steps
     min_difference: float | None = None  # hydra.sweeper.min_difference (None: eval stderr)
     wait_for_leader: bool = True  # False: racing before its stops waited for the leader
+    # A one-seed screen before the race (issue 72, a prototype here, not in the sweeper):
+    # every configuration runs one seed; once all have, one whose value is below the
+    # leader's by more than screen_z x sqrt(2 screen_sd^2 + both eval stderrs^2) stops
+    # there; the others race as `seeds=auto` does. screen_sd: a prior seed-to-seed sd of
+    # the final objective (0: no screen).
+    screen_sd: float = 0.0
+    screen_z: float = 2.0
 
     @property
     def race(self) -> bool:
@@ -93,6 +100,8 @@ class Policy:
 
     @property
     def start_seeds(self) -> int:
+        if self.screen_sd:
+            return 1
         return MIN_SEEDS if self.race else int(self.seeds)
 
     @property
@@ -105,6 +114,10 @@ POLICIES = (
     Policy("fixed2", 2),
     Policy("fixed3", 3),
     Policy("fixed5", 5),
+    # the grids a user of this tool runs with `seeds=N`: the default health rules on
+    Policy("fixed1_health", 1, health=True),
+    Policy("fixed2_health", 2, health=True),
+    Policy("fixed3_health", 3, health=True),
     Policy("median", 1, "median"),
     Policy("median_seeds3", 3, "median"),
     Policy("hyperband", 1, "hyperband"),
@@ -131,8 +144,17 @@ VARIANTS = (
     # the default before a stop against a racing leader waited (bench/COST.md, "Waiting for
     # the leader")
     Policy("health_racing_nowait", "auto", health=True, wait_for_leader=False),
+    # a one-seed screen, then the default race (issue 72): the prior seed sd 0.02 is the
+    # calibration library's (even seeds 0-22, the top five lrs of both tasks: 0.016-0.036)
+    Policy("screen_z2", "auto", health=True, screen_sd=0.02, screen_z=2.0),
+    Policy("screen_z1.5", "auto", health=True, screen_sd=0.02, screen_z=1.5),
+    Policy("screen_z3", "auto", health=True, screen_sd=0.02, screen_z=3.0),
 )
-BASELINE = "fixed3"
+BASELINE = "fixed3"  # the plain seeds=3 grid (what users of other tools run)
+# What a user of this tool would otherwise run: seeds=3 with the same (default) health rules.
+# Every headline compares with it first and with the plain grid second.
+HEALTH_BASELINE = "fixed3_health"
+BASELINES = (HEALTH_BASELINE, BASELINE)
 
 
 @dataclass
@@ -220,10 +242,14 @@ def load_curves(
         if steps > recorded or steps % data["eval_every"]:
             sys.exit(f"error: --max-steps={steps}: must be an eval step <= {recorded} ({path})")
         cut = "" if steps == recorded else f"-cut{steps}"
-        name = f"{data['model']}-{data['task']}-{recorded}steps{cut}"
+        grid = f"-{data['grid']}" if "grid" in data else ""  # bench/record_small_grids.py's
+        name = f"{data['model']}-{data['task']}{grid}-{recorded}steps{cut}"
         key = (name, steps, objective or data["heldout_metric"], data["eval_size"])
         curve = {s: m for s, m in library_run(data).steps.items() if s <= steps}
-        grouped.setdefault(key, {}).setdefault(f"lr={data['lr']:g}", {})[data["seed"]] = curve
+        label = f"lr={data['lr']:g}"
+        if "group_size" in data:  # a grid over group_size too: both, as the sweep lists them
+            label = f"group_size={data['group_size']} {label}"
+        grouped.setdefault(key, {}).setdefault(label, {})[data["seed"]] = curve
     return {
         name: Pool(name, steps, runs, chosen, eval_size=size)
         for (name, steps, chosen, size), runs in sorted(grouped.items())
@@ -439,6 +465,16 @@ class Sweep:
     def look(self, flight: Flight, pending: deque) -> bool:
         """loop.py _look: one more seed, a hold, or told. True: told."""
         step = None
+        if self.policy.screen_sd and flight.phase != "broken" and len(flight.seeds) == 1:
+            screen = self.screened(flight)
+            if screen is None:
+                flight.phase = "holding"
+                return False
+            if screen:
+                del self.flights[flight.trial.number]
+                self.tell(flight, screen)
+                return True
+            flight.phase = "training"  # through: the race seeds it (one value)
         if self.policy.race and flight.phase != "broken":
             trials = self.study.get_trials(deepcopy=False)
             me = self.study._storage.get_trial(flight.trial._trial_id)
@@ -462,6 +498,34 @@ class Sweep:
         del self.flights[flight.trial.number]
         self.tell(flight, step.why if step else "")
         return True
+
+    def screened(self, flight: Flight) -> str | None:
+        """The screen's call on a configuration with one seed: None (hold: others are still
+        to screen), "" (race on) or why it stops."""
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.state == TrialState.WAITING for t in trials) or any(
+            f.phase == "training" and f is not flight for f in self.flights.values()
+        ):
+            return None
+        first = {}
+        for t in trials:
+            recorded = [r for r in replicates(t) if r.state == State.COMPLETE]
+            if recorded:
+                r = min(recorded, key=lambda r: self.order.index(r.seed))
+                first[t.number] = (r.value, r.stderr or 0.0)
+        me = first.get(flight.trial.number)
+        if me is None:
+            return ""
+        lead_number = max(first, key=lambda n: first[n][0])
+        lead = first[lead_number]
+        gap = lead[0] - me[0]
+        sd = math.sqrt(2 * self.policy.screen_sd**2 + lead[1] ** 2 + me[1] ** 2)
+        if gap > self.policy.screen_z * sd:
+            return (
+                f"screened out after 1 seed: t{lead_number} is better by {gap:.3g} "
+                f"(> {self.policy.screen_z:g} x {sd:.3g})"
+            )
+        return ""
 
     def look_again(self, pending: deque) -> None:
         while True:
@@ -548,7 +612,8 @@ def scored(truth: Truth, out: dict) -> dict:
     """The verdict against the truth. right: it names the truth's best, or a pick the truth
     ties with the best while calling the best tied with it; strict: the pick is the best;
     type I: a pair the verdict decides (the pick over another) that the truth ties; type II:
-    a pair it ties whose true gap exceeds the minimal difference."""
+    a pair it ties whose true gap exceeds the minimal difference; ties_called: every
+    configuration the truth ties with the pick is called tied with it."""
     best, pick = truth.best, out["pick"]
     worst = min(truth.means.values())
     tie = pick is not None and frozenset((pick, best)) in truth.ties
@@ -559,6 +624,14 @@ def scored(truth: Truth, out: dict) -> dict:
         "regret": truth.means[best] - (truth.means[pick] if pick is not None else worst),
         "type1": sum(frozenset((pick, o)) in truth.ties for o in out["decided"]),
         "type2": sum(truth.gap(pick, o) > truth.min_difference for o in out["tied"]),
+        # every configuration the truth ties with the pick is called tied with it (issue 72:
+        # a small grid's verdict calls the tie wherever the truth ties)
+        "ties_called": pick is not None
+        and all(
+            o in out["tied"]
+            for o in truth.means
+            if o != pick and frozenset((pick, o)) in truth.ties
+        ),
         "best_stopped": out["states"].get(best) != "COMPLETE",
         "best_stopped_by": out.get("stops", {}).get(best, []),
     }
@@ -608,7 +681,6 @@ def over(xs: Sequence[float], rate: bool = False) -> list[float]:
 
 def summary(rows: list[dict], names: Sequence[str]) -> dict:
     out = {}
-    base = [r[BASELINE] for r in rows] if BASELINE in rows[0] else None
     for name in names:
         got = [r[name] for r in rows]
         n = len(got)
@@ -621,6 +693,10 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
                 *wilson(sum(g["strict"] for g in got), n),
             ],
             "within_ties": sum(g["within_ties"] for g in got) / n,
+            "ties_called": [
+                sum(g.get("ties_called", False) for g in got) / n,
+                *wilson(sum(g.get("ties_called", False) for g in got), n),
+            ],
             "regret": mean_interval([g["regret"] for g in got]),
             "type1": sum(g["type1"] for g in got),
             "type2": sum(g["type2"] for g in got),
@@ -629,12 +705,15 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
             "best_stopped_by": dict(Counter(why for g in got for why in g["best_stopped_by"])),
             "mean_seeds": {c: sum(g["seeds"][c] for g in got) / n for c in got[0]["seeds"]},
         }
-        if base is not None:
-            b_steps = sum(b["trial_steps"] for b in base) / n
-            s[f"steps_share_of_{BASELINE}"] = (sum(steps) / n) / b_steps
+        for b in BASELINES:  # paired with each baseline the replays ran, on the same draws
+            if b not in rows[0]:
+                continue
+            base = [r[b] for r in rows]
+            b_steps = sum(x["trial_steps"] for x in base) / n
+            s[f"steps_share_of_{b}"] = (sum(steps) / n) / b_steps
             for key in ("right", "strict", "regret"):
-                s[f"{key}_minus_{BASELINE}"] = paired(
-                    [float(g[key]) for g in got], [float(b[key]) for b in base]
+                s[f"{key}_minus_{b}"] = paired(
+                    [float(g[key]) for g in got], [float(x[key]) for x in base]
                 )
         if "fixed1" in rows[0]:  # where the pool has too few seeds for fixed3: against one seed
             for key in ("right", "strict", "regret"):
@@ -646,20 +725,28 @@ def summary(rows: list[dict], names: Sequence[str]) -> dict:
 
 
 def qualifies(s: dict) -> dict:
-    """Issue 49's bar against fixed seeds=3 on one truth: regret no worse, verdict right at
-    least as often (point estimates; the paired intervals beside), <= 25% of its trial-steps."""
-    share = s.get(f"steps_share_of_{BASELINE}")
-    if share is None:
-        return {}
-    regret = s[f"regret_minus_{BASELINE}"]
-    right = s[f"right_minus_{BASELINE}"]
-    return {
-        "steps_share": share,
-        "regret_no_worse": regret[0] <= 0,
-        "right_at_least": right[0] >= 0,
-        "cheap_enough": share <= 0.25,
-        "qualifies": regret[0] <= 0 and right[0] >= 0 and share <= 0.25,
-    }
+    """Issue 49's bar against the plain seeds=3 grid on one truth: regret no worse, verdict
+    right at least as often (point estimates; the paired intervals beside), <= 25% of its
+    trial-steps. Issue 72's against the with-rules grid (fixed3_health), where it ran: the
+    same, at <= 75% of its trial-steps."""
+    out = {}
+    for b, most in ((BASELINE, 0.25), (HEALTH_BASELINE, 0.75)):
+        share = s.get(f"steps_share_of_{b}")
+        if share is None:
+            continue
+        regret, right = s[f"regret_minus_{b}"], s[f"right_minus_{b}"]
+        bar = {
+            "steps_share": share,
+            "regret_no_worse": regret[0] <= 0,
+            "right_at_least": right[0] >= 0,
+            "cheap_enough": share <= most,
+            "qualifies": regret[0] <= 0 and right[0] >= 0 and share <= most,
+        }
+        if b == BASELINE:
+            out.update(bar)
+        else:
+            out[f"against_{b}"] = bar
+    return out
 
 
 def over_truths(per_pool: dict[str, dict]) -> dict:
@@ -671,14 +758,13 @@ def over_truths(per_pool: dict[str, dict]) -> dict:
         row = {"truths": len(here)}
         for key in ("right", "strict", "regret"):
             row[key] = over([h[key][0] for h in here], rate=key != "regret")
-        for key in (f"right_minus_{BASELINE}", f"regret_minus_{BASELINE}"):  # paired per truth
-            if all(key in h for h in here):
-                row[key] = over([h[key][0] for h in here])
-        shares = [
-            h[f"steps_share_of_{BASELINE}"] for h in here if f"steps_share_of_{BASELINE}" in h
-        ]
-        if shares:
-            row[f"steps_share_of_{BASELINE}"] = over(shares)
+        for b in BASELINES:
+            for key in (f"right_minus_{b}", f"strict_minus_{b}", f"regret_minus_{b}"):
+                if all(key in h for h in here):  # paired per truth
+                    row[key] = over([h[key][0] for h in here])
+            share = f"steps_share_of_{b}"
+            if any(share in h for h in here):
+                row[share] = over([h[share] for h in here if share in h])
         out[name] = row
     return out
 
@@ -692,50 +778,105 @@ def shown(x: Sequence[float] | None, digits: int = 3, sign: str = "") -> str:
 
 
 def tables(results: dict) -> list[str]:
-    """The results as COST.md's markdown tables: per pool, then over truths."""
+    """The results as COST.md's markdown tables: per pool, then over truths. Each policy
+    against the with-rules seeds=3 grid first, the plain one second (where they ran; on a
+    pool with too few seeds for either, against one seed)."""
     lines = []
     for name, pool in results["pools"].items():
         grid = 3 * len(pool["truth"]) * pool["max_steps"]  # a seeds=3 grid prunes nothing
-        vs = BASELINE if BASELINE in pool["summary"] else "fixed1"
+        vs = [b for b in BASELINES if b in pool["summary"]] or ["fixed1"]
         lines += [
             f"{name} ({len(pool['truth'])} configurations, seeds {pool['seeds']}, "
             f"best {pool['truth_best']}, {pool['replays']} replays):",
             "",
-            f"| policy | trial-steps (share of a seeds=3 grid's {grid}) | right | strict | "
-            f"regret | strict - {vs} | regret - {vs} | I | II | best stopped |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            f"| policy | trial-steps (share of a plain seeds=3 grid's {grid}) | right | strict | "
+            "regret | "
+            + "".join(f"share of {b} | strict - {b} | regret - {b} | " for b in vs)
+            + "I | II | ties called | best stopped |",
+            "|---|---|---|---|---|" + "---|---|---|" * len(vs) + "---|---|---|---|",
         ]
         for p, s in pool["summary"].items():
             share = s["trial_steps"][0] / grid
-            lines.append(
-                f"| {p} | {s['trial_steps'][0]:.1f} ({share:.3f}) "
-                f"| {shown(s['right'])} | {shown(s['strict'])} | {shown(s['regret'], 4)} | "
-                f"{shown(s.get(f'strict_minus_{vs}'), 3, '+')} | "
-                f"{shown(s.get(f'regret_minus_{vs}'), 4, '+')} | {s['type1']} | {s['type2']} | "
-                f"{s['best_stopped']:.3f} |"
-            )
+            cells = [
+                f"{s['trial_steps'][0]:.1f} ({share:.3f})",
+                shown(s["right"]),
+                shown(s["strict"]),
+                shown(s["regret"], 4),
+            ]
+            for b in vs:
+                of = s.get(f"steps_share_of_{b}")
+                cells += [
+                    "-" if of is None else f"{of:.3f}",
+                    shown(s.get(f"strict_minus_{b}"), 3, "+"),
+                    shown(s.get(f"regret_minus_{b}"), 4, "+"),
+                ]
+            called = s.get("ties_called")
+            cells += [str(s["type1"]), str(s["type2"]), shown(called) if called else "-"]
+            cells.append(f"{s['best_stopped']:.3f}")
+            lines.append(f"| {p} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines + over_table(results["over_truths"])
 
 
 def over_table(rows: dict) -> list[str]:
-    """over_truths' figures as a markdown table."""
+    """over_truths' figures as a markdown table: against the with-rules seeds=3 grid first
+    and the plain one second, where the results ran them."""
+    vs = [b for b in BASELINES if any(f"steps_share_of_{b}" in r for r in rows.values())]
     lines = [
-        f"Over truths (mean [95% t interval] over the pools' figures; share of {BASELINE}'s "
-        f"trial-steps; minus {BASELINE}: each truth's paired difference):",
+        "Over truths (mean [95% t interval] over the pools' figures; share of each baseline's "
+        "trial-steps; minus a baseline: each truth's paired difference):",
         "",
-        f"| policy | truths | right | strict | regret | right - {BASELINE} | "
-        f"regret - {BASELINE} | share of {BASELINE} |",
-        "|---|---|---|---|---|---|---|---|",
+        "| policy | truths | right | strict | regret | "
+        + "".join(
+            f"right - {b} | strict - {b} | regret - {b} | share of {b} | " for b in vs
+        ).rstrip(" "),
+        "|---|---|---|---|---|" + "---|---|---|---|" * len(vs),
     ]
     for p, row in rows.items():
-        lines.append(
-            f"| {p} | {row['truths']} | {shown(row['right'])} | {shown(row['strict'])} | "
-            f"{shown(row['regret'], 4)} | {shown(row.get(f'right_minus_{BASELINE}'), 3, '+')} | "
-            f"{shown(row.get(f'regret_minus_{BASELINE}'), 4, '+')} | "
-            f"{shown(row.get(f'steps_share_of_{BASELINE}'))} |"
-        )
+        cells = [str(row["truths"]), shown(row["right"]), shown(row["strict"])]
+        cells.append(shown(row["regret"], 4))
+        for b in vs:
+            cells += [
+                shown(row.get(f"right_minus_{b}"), 3, "+"),
+                shown(row.get(f"strict_minus_{b}"), 3, "+"),
+                shown(row.get(f"regret_minus_{b}"), 4, "+"),
+                shown(row.get(f"steps_share_of_{b}")),
+            ]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return lines
+
+
+def headline(paths: Sequence[str], policy: str) -> list[str]:
+    """One policy on each pool of several results files, a row each: its share of the
+    with-rules seeds=3 grid's trial-steps (and of the plain one's), right and strict beside
+    each grid's, and its regret minus each grid's, paired over replays."""
+    lines = [
+        f"| {policy} | steps / {HEALTH_BASELINE}'s | / {BASELINE}'s | right ({HEALTH_BASELINE}, "
+        f"{BASELINE}) | strict (same) | regret - {HEALTH_BASELINE} | regret - {BASELINE} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        for pool in json.loads(Path(path).read_text())["pools"].values():
+            s, summ = pool["summary"][policy], pool["summary"]
+
+            def rate(key: str, of: str, summ: dict = summ) -> str:
+                return f"{summ[of][key][0]:.2f}" if of in summ else "-"
+
+            lines.append(
+                f"| {Path(path).stem.removeprefix('cost_')} ({pool['replays']}) | "
+                f"{shown_share(s, HEALTH_BASELINE)} | {shown_share(s, BASELINE)} | "
+                f"{s['right'][0]:.2f} ({rate('right', HEALTH_BASELINE)}, "
+                f"{rate('right', BASELINE)}) | {s['strict'][0]:.2f} "
+                f"({rate('strict', HEALTH_BASELINE)}, {rate('strict', BASELINE)}) | "
+                f"{shown(s.get(f'regret_minus_{HEALTH_BASELINE}'), 4, '+')} | "
+                f"{shown(s.get(f'regret_minus_{BASELINE}'), 4, '+')} |"
+            )
+    return lines
+
+
+def shown_share(s: dict, baseline: str) -> str:
+    share = s.get(f"steps_share_of_{baseline}")
+    return "-" if share is None else f"{share:.3f}"
 
 
 def over_results(paths: Sequence[str]) -> dict:
@@ -914,12 +1055,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validate", nargs="+", help="real sweeps' folders (sweeps.db, mlflow.db)")
     p.add_argument("--table", help="print a results JSON's tables as markdown, and stop")
     p.add_argument("--over", nargs="+", help="results JSONs: their figures over truths, and stop")
+    p.add_argument(
+        "--headline", nargs="+", metavar="POLICY FILE", help="a policy's row per pool, and stop"
+    )
     args = p.parse_args(argv)
     if args.table:
         print("\n".join(tables(json.loads(Path(args.table).read_text()))))
         return 0
     if args.over:
         print("\n".join(over_table(over_results(args.over))))
+        return 0
+    if args.headline:
+        print("\n".join(headline(args.headline[1:], args.headline[0])))
         return 0
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     memoized_forecasts()
@@ -987,9 +1134,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{truth.best}, skipped {skipped or 'none'}"
         )
         for n, s in summ.items():
-            share = s.get(f"steps_share_of_{BASELINE}", float("nan"))
+            share = s.get(f"steps_share_of_{HEALTH_BASELINE}", float("nan"))
+            plain = s.get(f"steps_share_of_{BASELINE}", float("nan"))
             print(
-                f"  {n:14s} steps {s['trial_steps'][0]:7.1f} ({share:5.2f} of {BASELINE}) "
+                f"  {n:14s} steps {s['trial_steps'][0]:7.1f} ({share:5.2f} of "
+                f"{HEALTH_BASELINE}, {plain:5.2f} of {BASELINE}) "
                 f"right {s['right'][0]:.3f} strict {s['strict'][0]:.3f} "
                 f"regret {s['regret'][0]:.4f} [{s['regret'][1]:.4f}, {s['regret'][2]:.4f}] "
                 f"I {s['type1']} II {s['type2']}"

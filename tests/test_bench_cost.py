@@ -102,9 +102,11 @@ def test_a_verdict_is_scored_against_the_truth():
     assert t.best == "a" and frozenset("ab") in t.ties and t.min_difference == 0.02
     named = bc.scored(t, out("a", decided="bc"))
     assert named["strict"] and named["right"] and named["type1"] == 1  # a over b, a true tie
+    assert not named["ties_called"]  # the truth ties a and b; the verdict decided them
     tie_called = bc.scored(t, out("b", tied="a", decided="c"))
     assert not tie_called["strict"] and tie_called["right"] and tie_called["within_ties"]
     assert tie_called["regret"] == pytest.approx(0.01) and tie_called["type1"] == 0
+    assert tie_called["ties_called"]
     tie_missed = bc.scored(t, out("b", decided="ac"))  # b over a: wrong, a true tie decided
     assert not tie_missed["right"] and tie_missed["within_ties"] and tie_missed["type1"] == 1
     wrong = bc.scored(t, out("c", tied="ab", states={"a": "PRUNED"}))
@@ -283,3 +285,90 @@ def test_a_configuration_tied_with_a_racing_leader_is_judged_again_on_its_last_m
     nowait = bc.Policy("r", "auto", wait_for_leader=False)
     before = bc.outcome(bc.Sweep(p, nowait, ["a", "b", "c"], [0, 1, 2, 3, 4], "s", 2).run())
     assert before["seeds"] == {"a": 5, "b": 3, "c": 2} and before["pick"] == "a"
+
+
+def test_each_policy_is_paired_with_the_with_rules_grid_first_and_the_plain_one_second():
+    def got(steps: int, right: bool, strict: bool, regret: float) -> dict:
+        return {
+            "trial_steps": steps, "right": right, "strict": strict, "within_ties": right,
+            "regret": regret, "type1": 0, "type2": 0, "best_stopped": False,
+            "best_stopped_by": [], "seeds": {"a": 2},
+        }  # fmt: skip
+
+    rows = [  # two replays: the plain grid 300 steps, the with-rules one 200, the race 150/250
+        {
+            "fixed3": got(300, True, True, 0.0),
+            "fixed3_health": got(200, True, True, 0.0),
+            "race": got(150, True, False, 0.01),
+        },
+        {
+            "fixed3": got(300, True, False, 0.02),
+            "fixed3_health": got(200, False, False, 0.02),
+            "race": got(250, True, True, 0.0),
+        },
+    ]
+    s = bc.summary(rows, ["race"])["race"]
+    assert s["steps_share_of_fixed3_health"] == pytest.approx(1.0)  # 200 / 200
+    assert s["steps_share_of_fixed3"] == pytest.approx(200 / 300)
+    # regret minus each grid's, paired: (0.01 - 0) and (0 - 0.02): mean -0.005, se 0.015
+    low_high = 1.959964 * 0.015
+    assert s["regret_minus_fixed3_health"] == pytest.approx(
+        [-0.005, -0.005 - low_high, -0.005 + low_high]
+    )
+    assert s["regret_minus_fixed3"] == s["regret_minus_fixed3_health"]
+    assert s["right_minus_fixed3_health"][0] == pytest.approx(0.5)  # right 2/2 against 1/2
+    assert s["right_minus_fixed3"][0] == 0.0
+    assert s["strict_minus_fixed3"][0] == pytest.approx(0.0)  # 1/2 against 1/2
+    # the bar of issue 72 (<= 75% of the with-rules grid) and issue 49's (<= 25% of the plain)
+    bar = bc.qualifies(s)
+    assert not bar["against_fixed3_health"]["qualifies"]  # 100% of its steps
+    assert bar["against_fixed3_health"]["regret_no_worse"] and not bar["qualifies"]
+    # the tables put the with-rules grid first
+    over = bc.over_truths({"pool": bc.summary(rows, ["race", "fixed3_health", "fixed3"])})
+    head = bc.over_table(over)[2]
+    assert head.index("regret - fixed3_health") < head.index("regret - fixed3 |")
+
+
+def test_a_one_seed_screen_stops_only_what_the_prior_seed_sd_separates():
+    # prior seed sd 0.02, eval stderrs 0.02: a one-seed gap counts beyond 2 x sqrt(2 x 0.02^2
+    # + 0.02^2 + 0.02^2) = 0.08. c (0.30 below a) stops after its one seed; b (0.01 below)
+    # races on with a, both from their second seed
+    p = pool(
+        a=[flat(0.50), flat(0.52), flat(0.51)],
+        b=[flat(0.49), flat(0.50), flat(0.51)],
+        c=[flat(0.20), flat(0.21), flat(0.22)],
+    )
+    policy = bc.Policy("screen", "auto", max_seeds=3, screen_sd=0.02, screen_z=2.0)
+    study = bc.Sweep(p, policy, ["c", "b", "a"], [0, 1, 2], "s", 2).run()
+    got = bc.outcome(study)
+    assert got["seeds"]["c"] == 1 and got["states"]["c"] == "COMPLETE"
+    assert got["seeds"]["a"] >= 2 and got["seeds"]["b"] >= 2 and got["pick"] == "a"
+    race = {t.user_attrs[bc.CONFIG]: t.user_attrs.get("race", "") for t in study.trials}
+    assert race["c"].startswith("screened out after 1 seed: t2 is better by 0.3 (> 2 x 0.04)")
+    # a gap inside the band: nothing is screened out, the race decides
+    wide = bc.Policy("screen", "auto", max_seeds=3, screen_sd=0.2, screen_z=2.0)
+    got = bc.outcome(bc.Sweep(p, wide, ["c", "b", "a"], [0, 1, 2], "s", 2).run())
+    assert got["seeds"]["c"] >= 2
+
+
+def test_a_policy_s_headline_row_gives_both_grids_side_by_side(tmp_path):
+    summary = {
+        "fixed3": {"right": [0.97, 0, 1], "strict": [0.6, 0, 1]},
+        "fixed3_health": {"right": [0.96, 0, 1], "strict": [0.6, 0, 1]},
+        "race": {
+            "right": [1.0, 0, 1],
+            "strict": [0.58, 0, 1],
+            "steps_share_of_fixed3_health": 1.0125,
+            "steps_share_of_fixed3": 0.5714,
+            "regret_minus_fixed3_health": [-0.0008, -0.0022, 0.0006],
+            "regret_minus_fixed3": [-0.0001, -0.0012, 0.001],
+        },
+    }
+    path = tmp_path / "cost_set.json"
+    path.write_text(json.dumps({"pools": {"p": {"replays": 100, "summary": summary}}}))
+    head, rule, row = bc.headline([str(path)], "race")
+    assert head.startswith("| race | steps / fixed3_health's | / fixed3's |")
+    assert row == (
+        "| set (100) | 1.012 | 0.571 | 1.00 (0.96, 0.97) | 0.58 (0.60, 0.60) | "
+        "-0.0008 [-0.0022, +0.0006] | -0.0001 [-0.0012, +0.0010] |"
+    )

@@ -113,42 +113,80 @@ def test_a_warning_every_trial_gives_is_said_once_a_sweep():
     ]
 
 
-def _spent(steps_by_seed: dict[int, int], params: dict | None = None, run: str = "") -> FrozenTrial:
-    """A trial with a completed seed run of `steps` for each seed; run: the runs' MLflow ids
-    start with it (a seed carried over to a configuration queued again keeps its run)."""
+def _spent(
+    steps_by_seed: dict[int, int], params: dict | None = None, run: str = "", pruned: int = -1
+) -> FrozenTrial:
+    """A trial with a completed seed run of `steps` for each seed (the seed `pruned`: stopped
+    there by a rule); run: the runs' MLflow ids start with it (a seed carried over to a
+    configuration queued again keeps its run)."""
     runs = {
         replicate_key(seed): Replicate(
-            seed, State.COMPLETE, 0.3, None, steps, None, "", f"{run}{seed}" if run else None
+            seed,
+            State.PRUNED if seed == pruned else State.COMPLETE,
+            None if seed == pruned else 0.3,
+            None,
+            steps,
+            None,
+            "",
+            f"{run}{seed}" if run else None,
         ).as_attr()
         for seed, steps in steps_by_seed.items()
     }
     steps = sum(steps_by_seed.values())
-    dists = {k: IntDistribution(1, 100) for k in params or {}}
+    dists = {k: IntDistribution(1, 10**7) for k in params or {}}
     return create_trial(
         value=0.3, params=params or {}, distributions=dists,
         user_attrs={TrialAttr.STEPS_RUN: steps, **runs},
     )  # fmt: skip
 
 
-def test_a_grid_sweep_s_cost_is_its_training_steps_against_a_three_seed_grid():
-    # 3 configurations of 50 steps: a 3-seed grid takes 450; raced 50+50, 50+50+50, and one
-    # pruned at step 20 of its first seed: 270 steps in 6 runs, 60%
+def test_a_grid_sweep_s_cost_is_against_the_three_seed_grid_with_its_health_rules_first():
+    # 3 configurations of 50 steps: raced 50+50, 50+50+50, and one pruned at step 20 of its
+    # first seed: 270 steps in 6 runs. The 3-seed grid with the same rules: 50+50+50 (the
+    # third seed estimated at the two's mean, 50), 150, and 20 (its first seed pruned, so no
+    # other seed started): 320, 84%. The plain grid's 450 (60%) would take the line past 120
+    # characters, so it is left out.
     trials = [
         _spent({0: 50, 1: 50}, {"group_size": 2}),
         _spent({0: 50, 1: 50, 2: 50}, {"group_size": 4}),
-        _spent({0: 20}, {"group_size": 8}),
+        _spent({0: 20}, {"group_size": 8}, pruned=0),
     ]
     assert cost_line(trials, 50) == (
-        "Cost: 270 training steps in 6 runs, 60% of the 450 a 3-seed grid takes."
+        "Cost: 270 training steps in 6 runs, 84% of the 320 a 3-seed grid takes with these "
+        "health rules (50 estimated)."
     )
     # interrupted and queued again: the new trial carries the first one's seed runs; still
     # one configuration, and each run counted once
     again = [_spent({0: 50, 1: 50}, {"group_size": 2}, run="a"), trials[1], trials[2]]
     again.append(_spent({0: 50, 1: 50}, {"group_size": 2}, run="a"))
     assert cost_line(again, 50) == cost_line(trials, 50)
-    # a swept max_steps is each configuration's own
-    mixed = [_spent({0: 10}, {"max_steps": 10}), _spent({0: 30}, {"max_steps": 30})]
-    assert (
-        cost_line(mixed, 50)
-        == "Cost: 40 training steps in 2 runs, 33% of the 120 a 3-seed grid takes."
+    # raced to 5 seeds (250 steps), and one pruned at its second seed (step 10): the grid's
+    # seeds are the first 3 (150), and 50 + 10 with none after the pruned one: 310 of 210,
+    # 148%; of the plain 300, 103%
+    raced = [
+        _spent(dict.fromkeys(range(5), 50), {"lr": 1}),
+        _spent({0: 50, 1: 10}, {"lr": 2}, pruned=1),
+    ]
+    assert cost_line(raced, 50) == (
+        "Cost: 310 training steps in 7 runs, 148% of the 210 a 3-seed grid takes with these "
+        "health rules; 103% without."
+    )
+    # nothing pruned: the two grids are one; a swept max_steps is each configuration's own,
+    # and a seed not run is estimated at its configuration's completed seeds' mean (10, 30)
+    mixed = [_spent({0: 10}, {"max_steps": 10}), _spent({0: 30, 1: 30}, {"max_steps": 30})]
+    assert cost_line(mixed, 50) == (
+        "Cost: 70 training steps in 3 runs, 58% of the 120 a 3-seed grid takes, health rules "
+        "or not (50 estimated)."
+    )
+    # no room for the plain grid's figure within 120 characters: the with-rules one alone.
+    # 3,400,000 steps; the grid 1,000,000 + 400,000 (pruned) and 3 x 1,000,000 (one
+    # estimated): 4,400,000, 77%
+    big = {"max_steps": 1_000_000}
+    huge = [
+        _spent({0: 1_000_000, 1: 400_000}, {**big, "lr": 1}, pruned=1),
+        _spent({0: 1_000_000, 1: 1_000_000}, {**big, "lr": 2}),
+    ]
+    assert cost_line(huge, 50) == (
+        "Cost: 3,400,000 training steps in 4 runs, 77% of the 4,400,000 a 3-seed grid takes "
+        "with these health rules (1,000,000 estimated)."
     )

@@ -55,9 +55,10 @@ class GRPOSweeperConf:
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
     # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
     # a time only for configurations the verdict cannot yet tell apart from the leader, up to
-    # max_seeds. Why the default: on held-out recorded grids it named the best at least as often
-    # as a 3-seed grid, with no more regret, at 0.66-0.72 of its training steps (bench/COST.md,
-    # "The default"). seeds=1 is the plain one-run grid; the search presets (conf/search) pin it.
+    # max_seeds. On held-out recorded grids it named the best at least as often as a 3-seed
+    # grid with the same health rules, with no more regret, at the same training steps
+    # (0.98-1.03 of them; bench/COST.md, first section): the health rules, not the race, save
+    # against a plain grid. seeds=1 is the plain one-run grid; the search presets pin it.
     seeds: Any = "auto"
     # Training runs at once. With hydra/launcher=joblib (or a cluster launcher) each runs in
     # its own process, and a slot freed by a pruned or finished run is refilled at once. The

@@ -27,7 +27,15 @@ from analysis.verdict import (
     interval_cells,
 )
 from records.metrics import REWARD
-from records.sweep import StudyAttr, TrialAttr, best_trial, is_interrupted, replicates
+from records.sweep import (
+    Replicate,
+    State,
+    StudyAttr,
+    TrialAttr,
+    best_trial,
+    is_interrupted,
+    replicates,
+)
 
 
 @dataclass
@@ -290,24 +298,79 @@ def final_table(study: optuna.Study, verdict: Verdict, verbose: bool = False) ->
     return "\n".join([verdict.decision, "", text_table([header, *rows]), "", *after])
 
 
-# The plain grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
-# papers run (bench/COST.md measures the default race against it).
+# The grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
+# papers run. First the one this tool runs with `seeds=3` and the same health rules (its
+# pruned seeds stop early, and a configuration's later seeds are not started), then the plain
+# one (bench/COST.md measures the default race against both).
 GRID_SEEDS = 3
+LINE = 120  # the widest a terminal line is kept (tests/test_readme_commands.py)
+
+
+@dataclass(frozen=True)
+class GridCost:
+    """What the seeds=GRID_SEEDS grid with the same health rules would have spent on one
+    configuration: steps, and how many of them are estimated (its seeds not run here)."""
+
+    steps: float
+    estimated: float
+
+
+def with_rules_grid(seeds: Mapping[int, Replicate], max_steps: int) -> GridCost:
+    """The grid's first GRID_SEEDS seeds of a configuration (the race runs them in the same
+    order), at the steps the rules let them run: a seed that ran, its own steps_run; one a
+    rule stopped (pruned, failed) ends the configuration there, as a grid starts no more
+    seeds of it; a seed not run (or still running), the mean steps of the configuration's
+    completed seeds (max_steps where none completed), estimated."""
+    done = [r.steps_run or 0 for r in seeds.values() if r.state == State.COMPLETE]
+    guess = sum(done) / len(done) if done else float(max_steps)
+    steps = estimated = 0.0
+    ordered = sorted(seeds)
+    for i in range(GRID_SEEDS):
+        r = seeds[ordered[i]] if i < len(ordered) else None
+        if r is None or r.state not in (State.COMPLETE, State.PRUNED, State.FAIL):
+            steps, estimated = steps + guess, estimated + guess
+            continue
+        steps += r.steps_run or 0
+        if r.state != State.COMPLETE:
+            break
+    return GridCost(steps, estimated)
 
 
 def cost_line(trials: list[FrozenTrial], max_steps: int) -> str:
-    """What a grid sweep spent, in training steps over every seed run, against a plain grid of
-    GRID_SEEDS seeds of the same configurations. A configuration queued again after an
-    interrupt is one configuration, and a seed run carried over to it one run."""
+    """What a grid sweep spent, in training steps over every seed run, against a grid of
+    GRID_SEEDS seeds of the same configurations with the same health rules (with_rules_grid;
+    the line says how much of it is estimated), then the plain grid where the line has room.
+    A configuration queued again after an interrupt is one configuration, and a seed run
+    carried over to it one run."""
     runs = {}
+    by_config: dict[tuple, dict[int, Replicate]] = {}
+    steps_of: dict[tuple, int] = {}
     for i, t in enumerate(trials):
+        key = tuple(sorted(t.params.items()))
+        steps_of[key] = int(t.params.get("max_steps", max_steps))
+        seeds = by_config.setdefault(key, {})
         for r in replicates(t):
             runs.setdefault(r.run_id or (i, r.seed), r)
+            seeds[r.seed] = r
     spent = sum(r.steps_run or 0 for r in runs.values())
-    configurations = {tuple(sorted(t.params.items())): t for t in trials}.values()
-    full = sum(GRID_SEEDS * int(t.params.get("max_steps", max_steps)) for t in configurations)
-    share = f", {spent / full:.0%} of the {full:,} a {GRID_SEEDS}-seed grid takes" if full else ""
-    return f"Cost: {spent:,} training steps in {len(runs)} runs{share}."
+    head = f"Cost: {spent:,} training steps in {len(runs)} runs"
+    plain = sum(GRID_SEEDS * n for n in steps_of.values())
+    if not plain:
+        return head + "."
+    grid = [with_rules_grid(by_config[k], steps_of[k]) for k in steps_of]
+    ruled, estimated = round(sum(g.steps for g in grid)), round(sum(g.estimated for g in grid))
+    guessed = f" ({estimated:,} estimated)" if estimated else ""
+    if ruled == plain:
+        return (
+            f"{head}, {spent / plain:.0%} of the {plain:,} a {GRID_SEEDS}-seed grid takes, "
+            f"health rules or not{guessed}."
+        )
+    line = (
+        f"{head}, {spent / ruled:.0%} of the {ruled:,} a {GRID_SEEDS}-seed grid takes with "
+        f"these health rules{guessed}"
+    )
+    second = f"; {spent / plain:.0%} without"
+    return f"{line}{second}." if len(line + second) < LINE else f"{line}."
 
 
 def _row(trial: FrozenTrial, names: list[str], summary: Summary | None, not_run: str) -> list[str]:
