@@ -166,25 +166,36 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--steps={args.steps} --eval-every={args.eval_every}: both must be >= 1")
     runs = planned(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    for i, run in enumerate(runs, 1):
-        path = args.out / f"{run_id(**run)}.json"
-        if path.exists():
-            print(f"[{i}/{len(runs)}] {path.stem}: done, skipped", flush=True)
-            continue
-        if args.list:
-            print(f"[{i}/{len(runs)}] {path.stem}: to record", flush=True)
-            continue
-        data = record(run, args, path)
-        tmp = path.with_suffix(".partial")
-        tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-        tmp.rename(path)  # whole or absent: a killed run is recorded again
-        last = data["steps"][max(data["steps"], key=int)]
-        print(
-            f"[{i}/{len(runs)}] {path.stem}: {data['wall_s']:.0f} s, final "
-            f"{data['heldout_metric']}={last.get(data['heldout_metric'])}",
-            flush=True,
-        )
+    campaign([(args.out / f"{run_id(**run)}.json", run, args) for run in runs], args.list)
     return 0
+
+
+def campaign(jobs: list[tuple[Path, dict, argparse.Namespace]], listing: bool) -> None:
+    """Record each (file, run, its steps' settings) in turn, skipping a run whose file is
+    there: a rerun of the same command resumes. `listing`: only say what is done."""
+    for i, (path, run, args) in enumerate(jobs, 1):
+        counter = f"[{i}/{len(jobs)}]"
+        if path.exists():
+            print(f"{counter} {path.stem}: done, skipped", flush=True)
+        elif listing:
+            print(f"{counter} {path.stem}: to record", flush=True)
+        else:
+            record_to(path, run, args, counter)
+
+
+def record_to(path: Path, run: dict, args: argparse.Namespace, counter: str) -> None:
+    """Record one run into `path`, whole or absent (a killed run is recorded again), and say
+    its time and final held-out value."""
+    data = record(run, args, path)
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    tmp.rename(path)
+    last = data["steps"][max(data["steps"], key=int)]
+    print(
+        f"{counter} {path.stem}: {data['wall_s']:.0f} s, final "
+        f"{data['heldout_metric']}={last.get(data['heldout_metric'])}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ other jobs ran 10-40x slower; the first three runs' final values were the same w
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import record_curves as rc  # bench/ is on the path: this runs as a script
@@ -90,26 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     rc.overrides = overrides  # record() builds each run's config through it
     runs = planned(args.part, args.seeds, args.grids)
     args.out.mkdir(parents=True, exist_ok=True)
-    for i, run in enumerate(runs, 1):
+    jobs = []
+    for run in runs:
         name = run_id(run["grid"], run["task"], run["group_size"], run["lr"], run["seed"])
-        path = args.out / f"{name}.json"
-        if path.exists():
-            print(f"[{i}/{len(runs)}] {name}: done, skipped", flush=True)
-            continue
-        if args.list:
-            print(f"[{i}/{len(runs)}] {name}: to record", flush=True)
-            continue
         steps_args = argparse.Namespace(steps=run["max_steps"], eval_every=EVAL_EVERY)
-        data = rc.record(run, steps_args, path)
-        tmp = path.with_suffix(".partial")
-        tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-        tmp.rename(path)  # whole or absent: a killed run is recorded again
-        last = data["steps"][max(data["steps"], key=int)]
-        print(
-            f"[{i}/{len(runs)}] {name}: {data['wall_s']:.0f} s, final "
-            f"{data['heldout_metric']}={last.get(data['heldout_metric'])}",
-            flush=True,
-        )
+        jobs.append((args.out / f"{name}.json", run, steps_args))
+    rc.campaign(jobs, args.list)
     return 0
 
 

@@ -188,13 +188,15 @@ def test_a_fixed_grid_spends_every_step_and_names_the_best():
 
 def test_health_prunes_a_collapse_at_its_eval_step_and_stops_its_configuration():
     collapsed = flat(0.3)
-    collapsed[2] = {**train(), **evals(0.05)}  # 0.25 below its baseline: eval_collapse
+    # 0.25 below its baseline on two evals in a row: eval_collapse (3 standard errors)
+    collapsed[2] = {**train(), **evals(0.05)}
+    collapsed[4] = {**train(), **evals(0.05)}
     p = pool(a=[flat(0.3), flat(0.3)], b=[collapsed, flat(0.3)])
     policy = bc.Policy("fixed2+health", 2, health=True)
     got = bc.outcome(bc.Sweep(p, policy, ["a", "b"], [0, 1], "s", 2).run())
     assert got["states"] == {"a": "COMPLETE", "b": "PRUNED"}
     assert got["seeds"]["b"] == 1  # its second seed never starts
-    assert got["trial_steps"] == 2 * 4 + 2 and got["pick"] == "a"
+    assert got["trial_steps"] == 2 * 4 + 4 and got["pick"] == "a"
 
 
 def test_the_forecast_stops_a_configuration_that_cannot_reach_the_incumbent():

@@ -149,12 +149,15 @@ def test_replay_counts_catches_false_prunes_and_delay_at_a_cadence():
     # counted on the end, whatever the label: two ended up (0.5 >= 0.3 + 0.02), one pruned;
     # the collapse broke down (0.1 < 0.3, and 0.3 - 0.1 > 1.96 x 0.028) and was caught
     assert together.ended_up()[:2] == (1, 2) and together.missed()[:2] == (0, 1)
-    # eval_collapse needs 2 evals in a row: the collapse shows at step 2, smoothed over 5
-    # points at step 2 ((0.3+0.3+0.1)/3): it fires at step 3, 1 of 8 steps late
-    assert together.delays == [0.125]
+    # the collapse shows at step 2, smoothed over 5 points ((0.3+0.3+0.1)/3); eval_drop warns
+    # there (no delay), eval_collapse needs 2 evals in a row and prunes at step 3, 1 of 8 late
+    assert together.delays == [0.0] and dense["eval_collapse"].delays == [0.125]
     assert dense["eval_collapse"].false_prunes == 1 and dense["eval_collapse"].caught == 1
-    # at eval_every=4 the eval rule sees the collapse at steps 4 and 8: 6 of 8 steps late
-    assert tallies(rules, runs, every=4)[-1].delays == [0.75]
+    # at eval_every=4 the eval rules see the collapse at steps 4 and 8: the warning 2 of 8
+    # steps late, the prune 6
+    every_4 = {t.name: t for t in tallies(rules, runs, every=4)}
+    assert every_4["all together"].delays == [0.25]
+    assert every_4["eval_collapse"].delays == [0.75]
 
 
 def library_file(path: Path, name: str, evals: list[float], part: str = "calibration") -> Path:
