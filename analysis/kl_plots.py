@@ -62,7 +62,7 @@ def kl_metrics_watched(rules: Sequence[HealthRule] | None) -> list[str]:
 
 def rule_label(rule: HealthRule) -> str:
     """What the rule does, in the words of its record: `post_update_kl prunes above 0.2 for
-    3 steps in a row, while eval/reward/mean is 2 standard errors below its baseline or ...`."""
+    3 steps in a row, while eval/reward/mean falls`."""
     verb = "prunes" if rule.action == Action.prune else "warns"
     side = "above" if rule.check == Check.above else "below"
     steps = "1 step" if rule.patience == 1 else f"{rule.patience} steps in a row"

@@ -203,10 +203,10 @@ class TrialReporter:
         # Health first: a run collapsing at an eval step is a health breach (it marks its
         # configuration unsafe), not a forecast's or the objective pruner's stop.
         fired = self.monitor.breaches(step, metrics)
-        self.record_warnings(step, fired)
         breach = first_to_prune(fired)
-        if breach is not None:
+        if breach is not None:  # its step's warnings would repeat what the prune says
             raise TrialPruned(breach)
+        self.record_warnings(step, fired)
         if not known:
             return
         if self.prune_on_objective and self.trial.should_prune():

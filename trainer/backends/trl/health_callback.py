@@ -37,7 +37,7 @@ from trainer.backends.trl.grpo import watch
 from trainer.backends.trl.mapping import SAME_MEANING, TRAIN_SUMMARY, our_metrics
 from trainer.base.config import TrainConfig
 from trainer.rl import rl_math
-from trainer.run.health import Action, Breach, HealthMonitor, HealthRule, default_rules
+from trainer.run.health import Breach, HealthMonitor, HealthRule, default_rules, first_to_prune
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +99,11 @@ class HealthCallback(TrainerCallback):
         to_mlflow = state.is_world_process_zero and mlflow_reported(args)
         if to_mlflow and computed:
             write_active_run(metrics=computed, step=state.global_step)
+        breach = first_to_prune(fired)
+        if breach is not None:  # its step's warnings would repeat what the prune says
+            self.stop(breach, state, control, to_mlflow)
+            return
         for breach in fired:
-            if breach.action == Action.prune.value:
-                self.stop(breach, state, control, to_mlflow)
-                return
             if breach.rule not in self.warnings:
                 self.warn(breach, state, to_mlflow)
 

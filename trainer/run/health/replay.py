@@ -20,13 +20,14 @@ def replay(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]
 
 
 def warnings(rules: Iterable[HealthRule], curve: Mapping[int, Mapping[str, float]]) -> list[Breach]:
-    """Each warning rule's first firing on a recorded run, before any pruning breach."""
+    """Each warning rule's first firing on a recorded run, before the step of any pruning
+    breach (a sweep records no warning at the step it prunes: the prune says it)."""
     monitor, seen = HealthMonitor(rules), {}
     for step in sorted(curve):
         fired = monitor.breaches(step, curve[step])
+        if first_to_prune(fired):
+            break
         for breach in fired:
             if breach.action == Action.warn.value:
                 seen.setdefault(breach.rule, breach)
-        if first_to_prune(fired):
-            break
     return list(seen.values())

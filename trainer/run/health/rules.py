@@ -155,17 +155,12 @@ def guard_words(rule: HealthRule, now: bool = True) -> str:
         return f" while {metric} {'rises' if now else 'rose'}"
     if rule.guard != Guard.not_improved:
         return ""
+    if rule.guard_unit == Unit.stderr and rule.rise < 0:  # fell beyond its noise (docs/health.md)
+        return f" while {metric} {'falls' if now else 'fell'}"
     if rule.guard_unit == Unit.absolute and rule.rise == 0:
-        where = "not above its baseline"
-    else:
-        amount = f"{abs(rule.rise):g}" + (
-            " standard errors" if rule.guard_unit == Unit.stderr else ""
-        )
-        where = f"{amount} {'below' if rule.rise < 0 else 'above'} its baseline"
-        where = where if rule.rise < 0 else f"at most {where}"
-    if rule.guard_fall is not None:
-        where += f" or {rule.guard_fall:g} standard errors below its best"
-    return f" while {metric} {be} {where}"
+        return f" while {metric} {be} not above its baseline"
+    unit = " standard errors" if rule.guard_unit == Unit.stderr else ""
+    return f" while {metric} {be} at most {rule.rise:g}{unit} above its baseline"
 
 
 WORDS = {
@@ -256,7 +251,7 @@ def default_rules(
             objective,
             Check.below_baseline,
             COLLAPSE_STDERRS,
-            advice="the held-out reward is below where it started: use an earlier checkpoint or "
+            advice="the held-out reward is below its step-0 baseline: use an earlier checkpoint or "
             "lower lr",
             action=Action.warn,
             unit=Unit.stderr,
