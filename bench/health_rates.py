@@ -73,9 +73,9 @@ def model_of(run: Run) -> str:
 
 
 def seed_of(run: Run) -> int:
-    """A library run's seed, from its name (`...-seed<s>`); the older recordings have none."""
-    tail = run.run.rsplit("-seed", 1)
-    return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else -1
+    """A library run's seed (rule_replay.seed_cluster); the older recordings have none."""
+    seed = rule_replay.seed_cluster(run)
+    return int(seed) if seed.isdigit() else -1
 
 
 def runs_of(part: str) -> list[Run]:
