@@ -1,17 +1,18 @@
 """The health rules' error rates on recorded curves: each default rule alone and the defaults
-together, per model, at eval_every 2, 4 and 10 (bench/HEALTH.md, "Error rates").
+together, per model, at eval_every 1, 2, 5 and 10 (bench/HEALTH.md, "Error rates").
 
     python bench/health_rates.py --part calibration [--variants]   # choose (and see candidates)
     python bench/health_rates.py --part heldout [--write-docs]      # judge: the frozen defaults
 
 Errors are counted on each run's end, whatever its label (analysis/curve_labels.py, `ending`):
 a pruned run that ended up is a false prune, a run that broke down and was neither pruned nor
-warned a miss; their 95% intervals are clustered by seed. The library is recorded with an eval
-every 2 steps, so eval_every 1 and 5 cannot be replayed from it exactly; 2, 4 and 10 can.
+warned a miss; their 95% intervals are clustered by seed. A run replays the cadences its own
+eval_every divides: the library's every-2 runs 2 and 10, the held-out every-1 runs all four.
 
-Runs: the recorded-curve library (bench/record_curves.py, bench/results/curves/, split by seed
-parity) and, on the calibration side only, the older whole-run recordings the rules were first
-tuned on (bench/results/health_curves*.json: tiny lr x num_substeps, SmolLM2 lr x seed). Each
+Runs: held out, the runs recorded after the last freeze (bench/results/curves_after_freeze/);
+calibration, the rest of the recorded-curve library (bench/record_curves.py,
+bench/results/curves/: both seed parities have been looked at) and the older whole-run
+recordings the rules were first tuned on (bench/results/health_curves*.json). Each
 run is replayed through trainer/run/health.py's own monitor with the rules built for its
 held-out metric, as a sweep with that objective builds them (analysis/rule_replay.py).
 Without `--variants` it writes bench/results/health_rates_<part>.json; the held-out one is what
@@ -32,6 +33,10 @@ from trainer.run.health import HealthRule, default_rules
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARY = RESULTS / "curves"
+# Recorded after the rules were last frozen (commit "Health: learned_then_broke and the KL rule
+# wait for a second eval"), never looked at before: the held-out part. Tiny: odd seeds
+# 265-309 with an eval every step (so 1, 2, 5 and 10 replay exactly); SmolLM2: 32 steps.
+AFTER_FREEZE = RESULTS / "curves_after_freeze"
 # The first recordings (bench/bench_health.py's format), all used to choose the rules before.
 LEGACY = {
     "health_curves.json": ("tiny", 400, 32, 10),
@@ -40,12 +45,8 @@ LEGACY = {
     "health_curves_smollm2_seed1.json": ("smollm2", 64, 8, 2),
 }
 DEFAULT_EVERY = 10  # TrainConfig.eval_every: the cadence a sweep runs at unless told
-DENSE_EVERY = 2  # the library's own cadence
-CADENCES = (DENSE_EVERY, 4, DEFAULT_EVERY)
-# SmolLM2's held-out runs recorded after the rules were last frozen (commit "Health rules count
-# in the eval's noise"): seeds 9 and 11, 16 steps. The earlier ones (seeds 1-7) were looked at
-# while the rules were chosen, so they are reported apart.
-SMOLLM2_FROZEN_FIRST_SEED = 9
+DENSE_EVERY = 2  # the densest cadence both parts replay
+CADENCES = (1, DENSE_EVERY, 5, DEFAULT_EVERY)  # a run replays those its eval_every divides
 
 
 def legacy_runs() -> list[Run]:
@@ -72,25 +73,14 @@ def model_of(run: Run) -> str:
     return run.run.split("-", 1)[0]
 
 
-def seed_of(run: Run) -> int:
-    """A library run's seed (rule_replay.seed_cluster); the older recordings have none."""
-    seed = rule_replay.seed_cluster(run)
-    return int(seed) if seed.isdigit() else -1
-
-
 def runs_of(part: str) -> list[Run]:
-    """The part's runs. Held out: every tiny seed (all recorded before this freeze and never
-    tuned on), and SmolLM2's recorded after it; calibration: the even seeds, the older
-    recordings and SmolLM2's earlier held-out seeds, which the rules were chosen beside."""
+    """The part's runs. Held out: the runs recorded after the last freeze. Calibration: the
+    rest of the library (both its parity halves were looked at while the rules were chosen)
+    and the older recordings."""
+    if part == "heldout":
+        return rule_replay.load_library([AFTER_FREEZE]) if AFTER_FREEZE.exists() else []
     runs = rule_replay.load_library([LIBRARY]) if LIBRARY.exists() else []
-    mine = [r for r in runs if part_of(r) == part]
-    return mine + (legacy_runs() if part == "calibration" else [])
-
-
-def part_of(run: Run) -> str:
-    if model_of(run) == "smollm2" and run.part == "heldout":
-        return "heldout" if seed_of(run) >= SMOLLM2_FROZEN_FIRST_SEED else "calibration"
-    return run.part
+    return runs + legacy_runs()
 
 
 def rates_path(part: str) -> Path:
@@ -121,20 +111,21 @@ def variants() -> dict[str, Callable[[str], list[HealthRule]]]:
         # baseline; the old absolute "not above its baseline") and fall from the best.
         "post_update_kl x10": changed("post_update_kl", bound=10 * kl),
         "post_update_kl x50": changed("post_update_kl", bound=50 * kl),
-        "post_update_kl patience 5": changed("post_update_kl", patience=5),
+        "post_update_kl patience 4": changed("post_update_kl", patience=4),
         "post_update_kl not above baseline": changed(
             "post_update_kl", rise=0.0, guard_unit="absolute"
         ),
-        "post_update_kl rise -1 se": changed("post_update_kl", rise=-1.0),
+        "post_update_kl rise -2 se": changed("post_update_kl", rise=-2.0),
+        "post_update_kl rise -3 se": changed("post_update_kl", rise=-3.0),
         "post_update_kl no fall": changed("post_update_kl", guard_fall=None),
-        "post_update_kl fall 2 se": changed("post_update_kl", guard_fall=2.0),
+        "post_update_kl fall 3 se": changed("post_update_kl", guard_fall=3.0),
         "eval_collapse 0.1 absolute": changed(
             "eval_collapse", bound=0.1, unit="absolute", patience=1
         ),
         "eval_collapse 2.5 se": changed("eval_collapse", bound=2.5),
         "eval_collapse patience 1": changed("eval_collapse", patience=1),
-        "learned_then_broke 2.5 se": changed("learned_then_broke", bound=2.5),
-        "learned_then_broke patience 2": changed("learned_then_broke", patience=2),
+        "learned_then_broke 4 se": changed("learned_then_broke", bound=4.0),
+        "learned_then_broke patience 1": changed("learned_then_broke", patience=1),
         "train_eval_divergence prune": changed("train_eval_divergence", action="prune"),
     }
 
