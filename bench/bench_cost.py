@@ -93,6 +93,9 @@ class Policy:
     # the final objective (0: no screen).
     screen_sd: float = 0.0
     screen_z: float = 2.0
+    # judge/race.py's futility rule and leader rule (issue 72; None: decide's defaults)
+    futility: str | None = None
+    leader_rule: str | None = None
 
     @property
     def race(self) -> bool:
@@ -149,6 +152,36 @@ VARIANTS = (
     Policy("screen_z2", "auto", health=True, screen_sd=0.02, screen_z=2.0),
     Policy("screen_z1.5", "auto", health=True, screen_sd=0.02, screen_z=1.5),
     Policy("screen_z3", "auto", health=True, screen_sd=0.02, screen_z=3.0),
+    # issue 72: futility judged at min_difference (power) or at the larger of it and the
+    # observed difference, not at the optimistic bound; the leader rule only for a hopeful
+    # rival; and with max_seeds=3 (judge/race.py)
+    Policy("race_optimistic", "auto", health=True, futility="optimistic", leader_rule="always"),
+    Policy("race_power", "auto", health=True, futility="power", leader_rule="always"),
+    Policy("race_power_hopeful", "auto", health=True, futility="power", leader_rule="hopeful"),
+    Policy(
+        "race_power_max3", "auto", health=True, max_seeds=3, futility="power", leader_rule="hopeful"
+    ),
+    Policy("race_observed", "auto", health=True, futility="observed", leader_rule="hopeful"),
+    Policy(
+        "race_observed_max3",
+        "auto",
+        health=True,
+        max_seeds=3,
+        futility="observed",
+        leader_rule="hopeful",
+    ),
+    Policy("race_pair", "auto", health=True, futility="pair", leader_rule="hopeful"),
+    Policy(
+        "race_pair_max3", "auto", health=True, max_seeds=3, futility="pair", leader_rule="hopeful"
+    ),
+    Policy(
+        "race_optimistic_hopeful_max3",
+        "auto",
+        health=True,
+        max_seeds=3,
+        futility="optimistic",
+        leader_rule="hopeful",
+    ),
 )
 BASELINE = "fixed3"  # the plain seeds=3 grid (what users of other tools run)
 # What a user of this tool would otherwise run: seeds=3 with the same (default) health rules.
@@ -486,6 +519,14 @@ class Sweep:
                 True,
                 self.policy.min_difference,
                 self.policy.wait_for_leader,
+                **{
+                    k: v
+                    for k, v in (
+                        ("futility", self.policy.futility),
+                        ("leader_rule", self.policy.leader_rule),
+                    )
+                    if v is not None
+                },
             )
             if step.action == race.SEED:
                 flight.phase = "training"

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial, TrialState
 
 from judge.configs import config_of
-from judge.race import Step, decide, minimal_difference
+from judge.race import ALWAYS, OPTIMISTIC, Step, decide, minimal_difference
 from judge.stats import MIN_SEEDS
 from records.sweep import State, replicates
 
@@ -27,6 +27,8 @@ def look(
     grid: bool,
     min_difference: float | None = None,
     wait_for_leader: bool = True,
+    futility: str = OPTIMISTIC,
+    leader_rule: str = ALWAYS,
 ) -> Step:
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
@@ -62,4 +64,6 @@ def look(
         configurations,
         min_difference,
         grid and wait_for_leader,
+        futility,
+        leader_rule,
     )
