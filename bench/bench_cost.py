@@ -93,9 +93,11 @@ class Policy:
     # the final objective (0: no screen).
     screen_sd: float = 0.0
     screen_z: float = 2.0
-    # judge/race.py's futility rule and leader rule (issue 72; None: decide's defaults)
-    futility: str | None = None
-    leader_rule: str | None = None
+    # judge/race.py's futility rule and leader rule. The defaults here are the race before
+    # issue 72 (every policy measured before it keeps its meaning); the sweeper's default
+    # since then is `default` below (power futility, hopeful-only leader rule, max_seeds=3).
+    futility: str = race.OPTIMISTIC
+    leader_rule: str = race.ALWAYS
 
     @property
     def race(self) -> bool:
@@ -130,6 +132,16 @@ POLICIES = (
     Policy("racing_max3", "auto", max_seeds=3),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
+    # the sweeper's `seeds=auto` since issue 72 (judge/race.py's defaults, frozen on the
+    # calibration pools before any held-out replay): race_power_max3
+    Policy(
+        "default",
+        "auto",
+        health=True,
+        max_seeds=race.DEFAULT_MAX_SEEDS,
+        futility=race.POWER,
+        leader_rule=race.HOPEFUL,
+    ),
 )
 # Variants of ours, replayed on the calibration part to choose a default (bench/COST.md,
 # "The default"); named with --policies, not run by default.
@@ -519,14 +531,8 @@ class Sweep:
                 True,
                 self.policy.min_difference,
                 self.policy.wait_for_leader,
-                **{
-                    k: v
-                    for k, v in (
-                        ("futility", self.policy.futility),
-                        ("leader_rule", self.policy.leader_rule),
-                    )
-                    if v is not None
-                },
+                self.policy.futility,
+                self.policy.leader_rule,
             )
             if step.action == race.SEED:
                 flight.phase = "training"
@@ -969,9 +975,11 @@ def policy_of(attrs: Mapping[str, Any]) -> Policy:
         "auto" if race else attrs[StudyAttr.SEEDS],
         attrs[StudyAttr.PRUNER],
         bool(rules),
-        attrs.get(StudyAttr.MAX_SEEDS, 5),
+        attrs.get(StudyAttr.MAX_SEEDS, race.DEFAULT_MAX_SEEDS),
         attrs[StudyAttr.FORECAST_LEVEL],
         attrs[StudyAttr.PRUNER_WARMUP_STEPS],
+        futility=race.POWER,  # a real sweep decides with judge/race.py's defaults
+        leader_rule=race.HOPEFUL,
     )
 
 

@@ -6,12 +6,14 @@ rules, in the order they are checked (bench/COST.md and bench/RACING.md measure 
   - eliminated: the leader (the best seed-adjusted mean) is better beyond the interval;
   - cannot beat the leader: even at its one-sided 95% upper bound (stats.reversal_bound) it
     would gain less than min_difference;
-  - the leader on fewer seeds than a rival it is not separated from: one more (the verdict's
-    pick is not left on a short, lucky record);
+  - the leader on fewer seeds than a rival it is not separated from, while more seeds could
+    still separate them: one more (the verdict's pick is not left on a short, lucky record);
   - cap: max_seeds reached;
   - not yet separated from a rival, and more seeds could separate them: one more;
   - tied for good: even an optimistic difference (stats.difference_bound) is below
-    min_difference or would not separate within max_seeds;
+    min_difference, or a difference of min_difference itself would not separate within
+    max_seeds seeds each at the study's pooled seed variance (stats.seeds_to_separate):
+    more seeds cannot change the verdict (issue 72; `futility` keeps the rule before it);
   - separated from every other: stop.
 Levels are Bonferroni-corrected over the looks a configuration can have and the comparisons
 with the leader (stats.look_level). In a grid, a leader still waiting for configurations to
@@ -47,6 +49,11 @@ OPTIMISTIC, POWER, OBSERVED, PAIR = "optimistic", "power", "observed", "pair"
 # When the leader gets a seed for being on fewer seeds than a rival it is not separated from:
 # ALWAYS, or only while that rival is HOPEFUL (more seeds could still separate them).
 ALWAYS, HOPEFUL = "always", "hopeful"
+# The default race (issue 72, bench/COST.md): POWER futility, the HOPEFUL leader rule and
+# max_seeds=3 (hydra.sweeper.max_seeds). Chosen on the calibration pools: the race before it
+# (OPTIMISTIC, ALWAYS, max_seeds=5) spent 0.99-1.04 of a with-rules 3-seed grid's steps, since
+# at 2 seeds the optimistic bound is wide enough to keep nearly every pair racing.
+DEFAULT_MAX_SEEDS = 3
 
 
 def decide(
@@ -58,8 +65,8 @@ def decide(
     configurations: int = 0,
     min_difference: float = 0.0,
     wait_for_leader: bool = False,
-    futility: str = OPTIMISTIC,
-    leader_rule: str = ALWAYS,
+    futility: str = POWER,
+    leader_rule: str = HOPEFUL,
 ) -> Step:
     """The next step of `me`, whose started seeds have all ended.
 
