@@ -56,7 +56,7 @@ class GRPOSweeperConf:
     # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
     # a time only for configurations the verdict cannot yet tell apart from the leader and
     # that one more seed could still separate by min_difference, up to max_seeds. Replayed on
-    # recorded grids it spends 0.68-0.72 of a 3-seed grid with the same health rules
+    # recorded grids it spends 0.68-0.70 of a 3-seed grid with the same health rules
     # (bench/COST.md, first section, with the held-out figures and the regret it costs there).
     # seeds=1 is the plain one-run grid; the search presets pin it.
     seeds: Any = "auto"
