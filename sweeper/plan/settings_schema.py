@@ -56,8 +56,8 @@ class GRPOSweeperConf:
     # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
     # a time only for configurations the verdict cannot yet tell apart from the leader and
     # that one more seed could still separate by min_difference, up to max_seeds. Replayed on
-    # recorded grids it spends 0.68-0.70 of a 3-seed grid with the same health rules
-    # (bench/COST.md, first section, with the held-out figures and the regret it costs there).
+    # recorded grids it spends 0.68-0.71 of a 3-seed grid with the same health rules, with a
+    # 2-seed grid's picks (bench/COST.md, first section: held-out figures and the regret).
     # seeds=1 is the plain one-run grid; the search presets pin it.
     seeds: Any = "auto"
     # Training runs at once. With hydra/launcher=joblib (or a cluster launcher) each runs in
