@@ -93,6 +93,11 @@ class Policy:
     # the final objective (0: no screen).
     screen_sd: float = 0.0
     screen_z: float = 2.0
+    # judge/race.py's futility rule and leader rule. The defaults here are the race before
+    # issue 72 (every policy measured before it keeps its meaning); the sweeper's default
+    # since then is `default` below (power futility, hopeful-only leader rule, max_seeds=3).
+    futility: str = race.OPTIMISTIC
+    leader_rule: str = race.ALWAYS
 
     @property
     def race(self) -> bool:
@@ -127,6 +132,16 @@ POLICIES = (
     Policy("racing_max3", "auto", max_seeds=3),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
+    # the sweeper's `seeds=auto` since issue 72 (judge/race.py's defaults, frozen on the
+    # calibration pools before any held-out replay): race_power_max3
+    Policy(
+        "default",
+        "auto",
+        health=True,
+        max_seeds=race.DEFAULT_MAX_SEEDS,
+        futility=race.POWER,
+        leader_rule=race.HOPEFUL,
+    ),
 )
 # Variants of ours, replayed on the calibration part to choose a default (bench/COST.md,
 # "The default"); named with --policies, not run by default.
@@ -149,6 +164,36 @@ VARIANTS = (
     Policy("screen_z2", "auto", health=True, screen_sd=0.02, screen_z=2.0),
     Policy("screen_z1.5", "auto", health=True, screen_sd=0.02, screen_z=1.5),
     Policy("screen_z3", "auto", health=True, screen_sd=0.02, screen_z=3.0),
+    # issue 72: futility judged at min_difference (power) or at the larger of it and the
+    # observed difference, not at the optimistic bound; the leader rule only for a hopeful
+    # rival; and with max_seeds=3 (judge/race.py)
+    Policy("race_optimistic", "auto", health=True, futility="optimistic", leader_rule="always"),
+    Policy("race_power", "auto", health=True, futility="power", leader_rule="always"),
+    Policy("race_power_hopeful", "auto", health=True, futility="power", leader_rule="hopeful"),
+    Policy(
+        "race_power_max3", "auto", health=True, max_seeds=3, futility="power", leader_rule="hopeful"
+    ),
+    Policy("race_observed", "auto", health=True, futility="observed", leader_rule="hopeful"),
+    Policy(
+        "race_observed_max3",
+        "auto",
+        health=True,
+        max_seeds=3,
+        futility="observed",
+        leader_rule="hopeful",
+    ),
+    Policy("race_pair", "auto", health=True, futility="pair", leader_rule="hopeful"),
+    Policy(
+        "race_pair_max3", "auto", health=True, max_seeds=3, futility="pair", leader_rule="hopeful"
+    ),
+    Policy(
+        "race_optimistic_hopeful_max3",
+        "auto",
+        health=True,
+        max_seeds=3,
+        futility="optimistic",
+        leader_rule="hopeful",
+    ),
 )
 BASELINE = "fixed3"  # the plain seeds=3 grid (what users of other tools run)
 # What a user of this tool would otherwise run: seeds=3 with the same (default) health rules.
@@ -486,6 +531,8 @@ class Sweep:
                 True,
                 self.policy.min_difference,
                 self.policy.wait_for_leader,
+                self.policy.futility,
+                self.policy.leader_rule,
             )
             if step.action == race.SEED:
                 flight.phase = "training"
@@ -928,9 +975,11 @@ def policy_of(attrs: Mapping[str, Any]) -> Policy:
         "auto" if race else attrs[StudyAttr.SEEDS],
         attrs[StudyAttr.PRUNER],
         bool(rules),
-        attrs.get(StudyAttr.MAX_SEEDS, 5),
+        attrs.get(StudyAttr.MAX_SEEDS, race.DEFAULT_MAX_SEEDS),
         attrs[StudyAttr.FORECAST_LEVEL],
         attrs[StudyAttr.PRUNER_WARMUP_STEPS],
+        futility=race.POWER,  # a real sweep decides with judge/race.py's defaults
+        leader_rule=race.HOPEFUL,
     )
 
 

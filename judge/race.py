@@ -6,12 +6,14 @@ rules, in the order they are checked (bench/COST.md and bench/RACING.md measure 
   - eliminated: the leader (the best seed-adjusted mean) is better beyond the interval;
   - cannot beat the leader: even at its one-sided 95% upper bound (stats.reversal_bound) it
     would gain less than min_difference;
-  - the leader on fewer seeds than a rival it is not separated from: one more (the verdict's
-    pick is not left on a short, lucky record);
+  - the leader on fewer seeds than a rival it is not separated from, while more seeds could
+    still separate them: one more (the verdict's pick is not left on a short, lucky record);
   - cap: max_seeds reached;
   - not yet separated from a rival, and more seeds could separate them: one more;
   - tied for good: even an optimistic difference (stats.difference_bound) is below
-    min_difference or would not separate within max_seeds;
+    min_difference, or a difference of min_difference itself would not separate within
+    max_seeds seeds each at the study's pooled seed variance (stats.seeds_to_separate):
+    more seeds cannot change the verdict (issue 72; `futility` keeps the rule before it);
   - separated from every other: stop.
 Levels are Bonferroni-corrected over the looks a configuration can have and the comparisons
 with the leader (stats.look_level). In a grid, a leader still waiting for configurations to
@@ -39,6 +41,19 @@ class Step:
 
 
 SEED, STOP, HOLD = "seed", "stop", "hold"
+# What a pair not yet separated is judged futile on (`_futile`): OPTIMISTIC, the difference at
+# its one-sided 95% upper bound; POWER, min_difference (the difference that counts); OBSERVED,
+# the larger of min_difference and the observed difference; PAIR, min_difference on the pair's
+# own comparison (its standard error and degrees of freedom, as the verdict reports it).
+OPTIMISTIC, POWER, OBSERVED, PAIR = "optimistic", "power", "observed", "pair"
+# When the leader gets a seed for being on fewer seeds than a rival it is not separated from:
+# ALWAYS, or only while that rival is HOPEFUL (more seeds could still separate them).
+ALWAYS, HOPEFUL = "always", "hopeful"
+# The default race (issue 72, bench/COST.md): POWER futility, the HOPEFUL leader rule and
+# max_seeds=3 (hydra.sweeper.max_seeds). Chosen on the calibration pools: the race before it
+# (OPTIMISTIC, ALWAYS, max_seeds=5) spent 0.99-1.04 of a with-rules 3-seed grid's steps, since
+# at 2 seeds the optimistic bound is wide enough to keep nearly every pair racing.
+DEFAULT_MAX_SEEDS = 3
 
 
 def decide(
@@ -50,6 +65,8 @@ def decide(
     configurations: int = 0,
     min_difference: float = 0.0,
     wait_for_leader: bool = False,
+    futility: str = POWER,
+    leader_rule: str = HOPEFUL,
 ) -> Step:
     """The next step of `me`, whose started seeds have all ended.
 
@@ -92,7 +109,13 @@ def decide(
             )
     rivals = [o for o in known if o is not leader] if leader is me else [leader]
     undecided = [o for o in rivals if not judge.difference(me, o, level).excludes_zero]
+    futile = {
+        o.label: _futile(me, o, judge, level, max_seeds, min_difference, futility)
+        for o in undecided
+    }
     more_seeded = [o for o in undecided if len(o.values) > n] if leader is me else []
+    if leader_rule == HOPEFUL:
+        more_seeded = [o for o in more_seeded if not futile[o.label]]
     if more_seeded and n < max_seeds:
         o = more_seeded[0]
         return Step(
@@ -103,7 +126,6 @@ def decide(
         ties = ", ".join(o.label for o in undecided)
         tied = f", tied with {ties}" if ties else ""
         return Step(STOP, f"reached max_seeds={max_seeds}{tied}")
-    futile = {o.label: _futile(me, o, judge, level, max_seeds, min_difference) for o in undecided}
     hopeful = [o for o in undecided if not futile[o.label]]
     if hopeful:
         return Step(SEED, f"{n} seeds; not yet separated from {hopeful[0].label}")
@@ -121,21 +143,56 @@ def decide(
 
 
 def _futile(
-    a: Config, b: Config, judge: Judge, level: float, max_seeds: int, min_difference: float
+    a: Config,
+    b: Config,
+    judge: Judge,
+    level: float,
+    max_seeds: int,
+    min_difference: float,
+    futility: str = OPTIMISTIC,
 ) -> str:
     """Why more seeds cannot change the call on a and b ("" while they can): even the
-    optimistic difference is below the one that counts, or would not separate in max_seeds."""
+    optimistic difference is below the one that counts, or the difference judged on
+    (`futility`) would not separate in max_seeds seeds each."""
     diff = judge.difference(a, b, level)
     pool = judge.variance(diff)
     bound = stats.difference_bound(diff, stats.FUTILITY_LEVEL)
     plausible = f"{bound:.3g} ({stats.FUTILITY_LEVEL:.0%} upper bound)"
     if bound < min_difference:
         return f"the difference is at most {plausible}, below min_difference={min_difference:.3g}"
+    if futility == PAIR and min_difference > 0 and math.isfinite(diff.se) and diff.df > 0:
+        need = _pair_seeds(diff, len(a.values), len(b.values), level, min_difference)
+        if need <= max_seeds:
+            return ""
+        shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
+        return (
+            f"even a difference of min_difference={min_difference:.3g} would take {shown} "
+            f"seeds each (max_seeds={max_seeds})"
+        )
+    if futility != OPTIMISTIC and min_difference > 0:  # 0: only the optimistic bound stops
+        sought = min_difference
+        plausible = f"min_difference={min_difference:.3g}"
+        if futility == OBSERVED and abs(diff.estimate) > min_difference:
+            sought, plausible = abs(diff.estimate), f"{abs(diff.estimate):.3g} (as observed)"
+        bound = sought
     need = seeds_to_separate(a.values, b.values, level, pool, bound)
     if need <= max_seeds:
         return ""
     shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
     return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
+
+
+def _pair_seeds(diff: stats.Interval, n_a: int, n_b: int, level: float, sought: float) -> float:
+    """Seeds each at which `sought` would be separated by this comparison if its variance
+    stayed as it is: the standard error scaled from (n_a, n_b) seeds to n each, on the
+    degrees of freedom the added seeds bring (one a seed both run: the fewer of the ways a
+    paired or pooled comparison grows)."""
+    now = 1 / n_a + 1 / n_b
+    for n in range(max(n_a, n_b, stats.MIN_SEEDS), 1000):
+        df = diff.df + max(0, n - max(n_a, n_b))
+        if stats.t_quantile(df, level) * diff.se * math.sqrt((2 / n) / now) < sought:
+            return n
+    return math.inf
 
 
 def _stop_or_wait(why: str, leader: Config, wait_for_leader: bool) -> Step:

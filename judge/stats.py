@@ -47,10 +47,12 @@ VARIANCE_BOUND = 0.60
 # the race's per-look level (decided_level): the race stops spending seeds on a configuration
 # at its own level, a claim that one configuration beats another needs more.
 DECIDED_FACTOR = 4
-# seeds=auto stops a race as futile only when even an optimistic difference, |difference| at
-# its one-sided FUTILITY_LEVEL upper confidence bound (difference_bound), could not be
-# separated within max_seeds, or is below the minimal difference that counts: two seeds'
-# observed difference is mostly noise, and judging futility on it abandoned real differences.
+# seeds=auto stops a race as futile when even an optimistic difference, |difference| at its
+# one-sided FUTILITY_LEVEL upper confidence bound (difference_bound), is below the minimal
+# difference that counts, or when that minimal difference itself could not be separated within
+# max_seeds (issue 72; before it, the optimistic difference had to be unseparable too, which at
+# 2 seeds kept nearly every pair racing). Never on two seeds' observed difference alone: it is
+# mostly noise, and judging futility on it abandoned real differences.
 # The same bound stops a configuration that could not beat the leader by the minimal difference
 # (reversal_bound): a futility stop, which a verdict's error rate does not spend.
 FUTILITY_LEVEL = 0.95

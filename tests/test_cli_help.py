@@ -89,7 +89,7 @@ def test_sweeper_help_lists_groups_and_every_key_beside_a_finished_sweep(after_a
         "0.002",
         'learning rate, or "auto": get_lr() from the model\'s hidden size and',
     )
-    assert rows["hydra.sweeper.max_seeds"][0] == "5"
+    assert rows["hydra.sweeper.max_seeds"][0] == "3"
     assert rows["hydra.sweeper.pruner"] == ("none", "(none, median, hyperband, forecast)")
     assert rows["task.eval_size"] == ("400", "held-out problems, never used for training")
     assert not any(k.startswith(f"{BINDING_KEY}.") for k in rows)  # the sweeper fills those in

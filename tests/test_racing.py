@@ -8,7 +8,18 @@ import pytest
 from analysis.verdict import Config, Seed, verdict
 from judge import stats
 from judge.configs import config
-from judge.race import HOLD, SEED, STOP, Step, decide, minimal_difference
+from judge.race import (
+    ALWAYS,
+    HOLD,
+    HOPEFUL,
+    OPTIMISTIC,
+    POWER,
+    SEED,
+    STOP,
+    Step,
+    decide,
+    minimal_difference,
+)
 from judge.stats import look_level, seeds_to_separate
 from sweeper import SweepError
 from sweeper.plan.settings import resolve_settings
@@ -153,7 +164,14 @@ def test_one_that_cannot_beat_the_leader_by_the_difference_that_counts_stops():
     # difference at 2 seeds each; not eliminated (t(2, 0.99375) 8.860 x 0.03957 = 0.351 > 0.10).
     # The most t1 can be better by: -0.10 + t(2, one-sided 95%) 2.9200 x 0.039574 = 0.01556
     me, leader = config("t1", (0.30, 0.34)), config("t0", (0.40, 0.44))
-    assert decide(me, [leader], 5, True, False, min_difference=0.015).action == SEED
+    step = decide(me, [leader], 5, True, False, min_difference=0.015, futility=OPTIMISTIC)
+    assert step.action == SEED
+    # at 0.015 t1 may still beat t0, but 0.015 itself would take ~89 seeds each to separate
+    # (sd 0.03957): tied for good since issue 72
+    assert decide(me, [leader], 5, True, False, min_difference=0.015).why == (
+        "tied with t0 after 2 seeds: even a difference of min_difference=0.015 would take ~89 "
+        "seeds each (max_seeds=5)"
+    )
     assert decide(me, [leader], 5, True, False, min_difference=0).action == SEED
     step = decide(me, [leader], 5, True, False, min_difference=0.02)
     assert step.action == STOP and step.why == (
@@ -199,6 +217,70 @@ def test_configurations_tied_to_the_last_digit_agree_on_which_one_leads():
     as_t5 = decide(t5, [t2], 5, True, False, 10, 0.0234, wait_for_leader=True)
     assert as_t5.why.startswith("cannot beat t2") and as_t5.action == HOLD
     assert as_t2.why.startswith("tied with t5") and as_t2.action == STOP
+
+
+def test_power_futility_ties_a_pair_that_min_difference_could_not_separate_in_max_seeds():
+    # issue 72. Pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on df 3, raised by
+    # 3 / chi2(0.40, 3) = 1.6050: 0.0027285, sd 0.05223; level 1 - 0.05/8 (max_seeds=5, 3
+    # configurations). t1 may still beat t0: -0.08 + t(3, one-sided 95%) 2.353 x 0.05223 =
+    # 0.0429 > 0.04. The optimistic difference, 0.08 + 0.1229 = 0.203, would separate within 5
+    # seeds: the race before issue 72 seeded on. Judged at min_difference=0.04 itself: at n
+    # seeds each (df 3 + 2(n - 2)), t(df, 0.996875) x 0.05223 x sqrt(2/n) < 0.04 first at
+    # n = 28 (2.87 x 0.05223 x 0.2673 = 0.0400): more seeds cannot change the verdict.
+    me, leader, t2 = (
+        config("t1", (0.20, 0.21)),
+        config("t0", (0.28, 0.29)),
+        config("t2", (0.10, 0.20)),
+    )
+    old = decide(me, [leader, t2], 5, True, False, 0, 0.04, futility=OPTIMISTIC)
+    assert old == Step(SEED, "2 seeds; not yet separated from t0")
+    step = decide(me, [leader, t2], 5, True, False, 0, 0.04, futility=POWER)
+    assert step == Step(
+        STOP,
+        "tied with t0 after 2 seeds: even a difference of min_difference=0.04 would take ~28 "
+        "seeds each (max_seeds=5)",
+    )
+    # min_difference 0 (no eval stderr logged): only the optimistic bound can stop a race
+    assert decide(me, [leader, t2], 5, True, False, 0, 0.0, futility=POWER) == old
+
+
+def test_power_futility_races_on_where_min_difference_could_be_separated():
+    # Pooled 3 x 0.00005 / 3 on df 3, raised by 1.6050: 8.025e-5, sd 0.008958; t0 leads t1 by
+    # 0.03, not separated at 1 - 0.05/8: t(3) 6.895 x 0.008958 = 0.0618. min_difference=0.025
+    # separates at 4 seeds each (df 7): 3.855 x 0.008958 x 0.7071 = 0.0244 < 0.025 (at 3, df 5:
+    # 4.526 x 0.008958 x 0.8165 = 0.0331): one more seed. 0.02 needs 6 > 5: tied.
+    me, rival, t2 = (
+        config("t0", (0.33, 0.34)),
+        config("t1", (0.30, 0.31)),
+        config("t2", (0.20, 0.21)),
+    )
+    step = decide(me, [rival, t2], 5, True, False, 0, 0.025, futility=POWER)
+    assert step == Step(SEED, "2 seeds; not yet separated from t1")
+    step = decide(me, [rival, t2], 5, True, False, 0, 0.02, futility=POWER)
+    assert step.action == STOP and step.why.endswith("would take ~6 seeds each (max_seeds=5)")
+    # max_seeds=3 (level 1 - 0.05/4): 0.025 would take ~4 seeds each, more than 3
+    step = decide(me, [rival, t2], 3, True, False, 0, 0.025, futility=POWER)
+    assert step.action == STOP and step.why.endswith("would take ~4 seeds each (max_seeds=3)")
+
+
+def test_the_leader_on_fewer_seeds_seeds_on_only_against_a_hopeful_rival():
+    # t0 leads on 2 seeds; t1 has 3. Pooled (0.00005 + 0.00005 + 0.005) / 4 on df 4, raised by
+    # 4 / chi2(0.40, 4) = 1.4530: 0.0018526, sd 0.04304. min_difference=0.04 would take ~20
+    # seeds each (n = 20, df 4 + 18 + 17 = 39: t 2.90 x 0.04304 x 0.3162 = 0.0395 < 0.04): the
+    # pair is tied for good, so a third seed for the leader cannot change the verdict.
+    me = config("t0", (0.28, 0.29))
+    others = [config("t1", (0.20, 0.21, 0.205)), config("t2", (0.10, 0.20))]
+    always = decide(me, others, 5, True, False, 0, 0.04, futility=POWER, leader_rule=ALWAYS)
+    assert always == Step(SEED, "2 seeds; leads t1, not separated, on fewer seeds than its 3")
+    step = decide(me, others, 5, True, False, 0, 0.04, futility=POWER, leader_rule=HOPEFUL)
+    assert step == Step(
+        STOP,
+        "tied with t1 after 2 seeds: even a difference of min_difference=0.04 would take ~20 "
+        "seeds each (max_seeds=5)",
+    )
+    # against a hopeful rival (the optimistic bound) the leader still gets its seed
+    hopeful = decide(me, others, 5, True, False, 0, 0.04, futility=OPTIMISTIC, leader_rule=HOPEFUL)
+    assert hopeful == always
 
 
 def test_a_contender_that_more_seeds_could_separate_gets_one_more():

@@ -98,7 +98,7 @@ def test_the_readme_workflow_runs_as_written(tmp_path):
     verdict = [line for line in main.stdout.splitlines() if not line.startswith("[")]
     assert any(line.startswith("Next: ") for line in verdict), main.stdout
     assert "Best: t" not in main.stdout and "Seeds raced (seeds=auto" not in main.stdout
-    # raced by default: 2 to 5 seeds a configuration, and what the verdict cost against the
+    # raced by default: 2 to 3 seeds a configuration, and what the verdict cost against the
     # 3-seed grid a careful paper would run, with this tool's health rules first
     assert "seeds raced: 2 each" in terminal
     runs = re.search(

@@ -54,11 +54,11 @@ class GRPOSweeperConf:
     # Seeds per configuration: each runs N times (seed, seed+1, ...), its objective is the
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
     # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
-    # a time only for configurations the verdict cannot yet tell apart from the leader, up to
-    # max_seeds. On held-out recorded grids it named the best at least as often as a 3-seed
-    # grid with the same health rules, with no more regret, at the same training steps
-    # (0.98-1.03 of them; bench/COST.md, first section): the health rules, not the race, save
-    # against a plain grid. seeds=1 is the plain one-run grid; the search presets pin it.
+    # a time only for configurations the verdict cannot yet tell apart from the leader and
+    # that one more seed could still separate by min_difference, up to max_seeds. Replayed on
+    # recorded grids it spends 0.68-0.71 of a 3-seed grid with the same health rules, with a
+    # 2-seed grid's picks (bench/COST.md, first section: held-out figures and the regret).
+    # seeds=1 is the plain one-run grid; the search presets pin it.
     seeds: Any = "auto"
     # Training runs at once. With hydra/launcher=joblib (or a cluster launcher) each runs in
     # its own process, and a slot freed by a pruned or finished run is refilled at once. The
@@ -77,10 +77,11 @@ class GRPOSweeperConf:
     # --- racing seeds (seeds=auto) and when a search stops ---
     # Most seeds one configuration gets with seeds=auto; the verdict calls configurations
     # still not separated at this many seeds a tie and says how many more it would take.
-    max_seeds: int = 5
+    max_seeds: int = 3
     # The smallest difference in the objective worth more seeds with seeds=auto: a race stops
     # as tied once even the optimistic difference (its 95% upper confidence bound) is below it,
-    # or could not be separated within max_seeds, and a configuration behind the leader stops
+    # or a difference this large could not be separated within max_seeds seeds each at the
+    # study's pooled seed variance, and a configuration behind the leader stops
     # once even its 95% upper bound could not beat the leader by it. null: the eval's standard
     # error over problems, averaged over the seeds run (a difference one run's eval cannot see);
     # 0: only the optimistic bound stops a race. In the objective's units (e.g. 0.02 = 2 points).

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial, TrialState
 
 from judge.configs import config_of
-from judge.race import Step, decide, minimal_difference
+from judge.race import HOPEFUL, POWER, Step, decide, minimal_difference
 from judge.stats import MIN_SEEDS
 from records.sweep import State, replicates
 
@@ -27,6 +27,8 @@ def look(
     grid: bool,
     min_difference: float | None = None,
     wait_for_leader: bool = True,
+    futility: str = POWER,
+    leader_rule: str = HOPEFUL,
 ) -> Step:
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
@@ -36,7 +38,8 @@ def look(
     so a grid's first looks are as strict as its verdict. min_difference: the setting
     (hydra.sweeper.min_difference; None: the eval's standard error, `minimal_difference`).
     wait_for_leader: a grid's stops against a leader still racing wait (False: the race
-    before that rule, which bench/bench_cost.py replays beside it).
+    before that rule, which bench/bench_cost.py replays beside it). futility, leader_rule:
+    judge/race.py's (the defaults are the sweeper's; bench_cost replays the others).
     """
     others, more_to_come, queued = [], False, 0
     for t in trials:
@@ -62,4 +65,6 @@ def look(
         configurations,
         min_difference,
         grid and wait_for_leader,
+        futility,
+        leader_rule,
     )
