@@ -121,15 +121,18 @@ def objective_range(objective: str, configs: Sequence[Config]) -> tuple[float, f
     return (0.0, 1.0) if all(0 <= v <= 1 for v in seen) else None
 
 
-def summarize(config: Config, bounds: tuple[float, float] | None = None) -> Summary:
+def summarize(
+    config: Config, bounds: tuple[float, float] | None = None, judge: Judge | None = None
+) -> Summary:
     """A configuration's mean and interval; bounds: the objective's range, which the interval
     is clipped to (the true mean lies in it, so clipping keeps the coverage: with 2 seeds a t
-    interval is wide and would otherwise reach below 0 for a mean of 0/1 rewards)."""
+    interval is wide and would otherwise reach below 0 for a mean of 0/1 rewards). judge: the
+    sweep's comparison, whose seed variance a raced sweep's intervals use."""
     values = config.values
     if not values:  # every seed pruned or failed: nothing to average
         return Summary(config, stats.Interval(math.nan, math.nan, math.nan, "no completed seed"))
     if len(values) >= 2:
-        interval = stats.t_interval(values)
+        interval = judge.interval(config) if judge is not None else stats.t_interval(values)
     else:
         stderr = next((s.stderr for s in config.seeds if is_finite_number(s.value)), None)
         interval = stats.normal_interval(values[0], stderr)
@@ -161,7 +164,8 @@ def verdict(
     or failed. study: its name (the tuned file). evidence: what the trials recorded beside
     their values (analysis/next_step.py; None: only what the configurations hold)."""
     evidence = evidence or Evidence()
-    summaries = [summarize(c, bounds) for c in configs if c.values]
+    judge = Judge([c for c in configs if c.values], raced=max_seeds is not None)
+    summaries = [summarize(c, bounds, judge) for c in configs if c.values]
     if not summaries:
         if broken:
             return Verdict(
@@ -172,7 +176,6 @@ def verdict(
                 next_step=BROKE,
             )
         return Verdict([], None, decision="No completed configuration yet: no verdict.")
-    judge = Judge([s.config for s in summaries], raced=max_seeds is not None)
     if judge.fit is not None:  # ranked at the same seeds: a raced one's lucky seeds do not count
         summaries = [replace(s, adjusted=judge.fit.adjusted_mean(s.label)) for s in summaries]
     sign = 1 if maximize else -1

@@ -12,6 +12,7 @@ Sharpest valid interval first (judge/stats.py says why each):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -36,6 +37,14 @@ class Judge:
         the others ran, so a raced one's lucky seeds do not count), else the plain mean."""
         adjusted = self.fit.adjusted_mean(c.label) if self.fit is not None else None
         return stats.mean_of(c.values) if adjusted is None else adjusted
+
+    def interval(self, c: Config, level: float = stats.LEVEL) -> Interval:
+        """c's mean with its interval over seeds (>= 2): on the raced sweep's pooled seed
+        variance, as its differences are judged, else its own t interval."""
+        pool = self.pool
+        if pool is not None and pool.df and math.isfinite(pool.variance):
+            return stats.pooled_mean(c.values, pool, level)
+        return stats.t_interval(c.values, level)
 
     def difference(self, a: Config, b: Config, level: float = stats.LEVEL) -> Interval:
         """a minus b with its interval at `level`."""

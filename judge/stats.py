@@ -169,6 +169,17 @@ def pooled_difference(
     return Interval(diff, diff - half, diff + half, method, se, pooled.df)
 
 
+def pooled_mean(values: Sequence[float], pooled: Pooled, level: float = LEVEL) -> Interval:
+    """mean +- t(df) x sqrt(s_pooled^2 / n): one configuration's mean on the seed variance of a
+    raced sweep, the one its comparisons use (a 2-seed t interval has 1 df: 12.7 x its se)."""
+    mean = sum(values) / len(values)
+    raised = f", variance at its {pooled.bound:.0%} upper bound" if pooled.bound else ""
+    method = f"pooled t over seeds ({pooled.groups} configurations, df {pooled.df}{raised})"
+    se = math.sqrt(pooled.variance / len(values))
+    half = t_quantile(pooled.df, level) * se
+    return Interval(mean, mean - half, mean + half, method, se, pooled.df)
+
+
 def paired_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
     """mean(a_i - b_i) +- t(P-1) x sd(d) / sqrt(P): the same P problems scored by both."""
     diffs = [x - y for x, y in zip(a, b, strict=True)]

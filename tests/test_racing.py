@@ -219,6 +219,11 @@ def test_configurations_tied_to_the_last_digit_agree_on_which_one_leads():
     assert as_t2.why.startswith("tied with t5") and as_t2.action == STOP
 
 
+def power(me: Config, others: list[Config], max_seeds: int, min_difference: float) -> Step:
+    """The default race's step for `me` (maximised, nothing to come)."""
+    return decide(me, others, max_seeds, True, False, 0, min_difference, futility=POWER)
+
+
 def test_power_futility_ties_a_pair_that_min_difference_could_not_separate_in_max_seeds():
     # issue 72. Pooled (0.00005 + 0.00005 + 0.005) / 3 = 0.0017 on df 3, raised by
     # 3 / chi2(0.40, 3) = 1.6050: 0.0027285, sd 0.05223; level 1 - 0.05/8 (max_seeds=5, 3
@@ -234,14 +239,13 @@ def test_power_futility_ties_a_pair_that_min_difference_could_not_separate_in_ma
     )
     old = decide(me, [leader, t2], 5, True, False, 0, 0.04, futility=OPTIMISTIC)
     assert old == Step(SEED, "2 seeds; not yet separated from t0")
-    step = decide(me, [leader, t2], 5, True, False, 0, 0.04, futility=POWER)
-    assert step == Step(
+    assert power(me, [leader, t2], 5, 0.04) == Step(
         STOP,
         "tied with t0 after 2 seeds: even a difference of min_difference=0.04 would take ~28 "
         "seeds each (max_seeds=5)",
     )
     # min_difference 0 (no eval stderr logged): only the optimistic bound can stop a race
-    assert decide(me, [leader, t2], 5, True, False, 0, 0.0, futility=POWER) == old
+    assert power(me, [leader, t2], 5, 0.0) == old
 
 
 def test_power_futility_races_on_where_min_difference_could_be_separated():
@@ -254,12 +258,11 @@ def test_power_futility_races_on_where_min_difference_could_be_separated():
         config("t1", (0.30, 0.31)),
         config("t2", (0.20, 0.21)),
     )
-    step = decide(me, [rival, t2], 5, True, False, 0, 0.025, futility=POWER)
-    assert step == Step(SEED, "2 seeds; not yet separated from t1")
-    step = decide(me, [rival, t2], 5, True, False, 0, 0.02, futility=POWER)
+    assert power(me, [rival, t2], 5, 0.025) == Step(SEED, "2 seeds; not yet separated from t1")
+    step = power(me, [rival, t2], 5, 0.02)
     assert step.action == STOP and step.why.endswith("would take ~6 seeds each (max_seeds=5)")
     # max_seeds=3 (level 1 - 0.05/4): 0.025 would take ~4 seeds each, more than 3
-    step = decide(me, [rival, t2], 3, True, False, 0, 0.025, futility=POWER)
+    step = power(me, [rival, t2], 3, 0.025)
     assert step.action == STOP and step.why.endswith("would take ~4 seeds each (max_seeds=3)")
 
 

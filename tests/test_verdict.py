@@ -92,6 +92,26 @@ def test_seeds_give_a_t_interval_and_a_pruned_seed_is_left_out():
     assert "unpaired, Welch t over seeds: too few seeds to pair" in v.text
 
 
+def test_a_raced_sweeps_interval_uses_the_seed_variance_its_comparisons_use():
+    """Raced (max_seeds set), a 2-seed configuration's interval is on the variance pooled over
+    every configuration, as the race judges it, not its own 1 df (t = 12.7). By hand, without
+    the upper-bound raise: mean 0.31, se sqrt(0.0004 / 2) = 0.014142, t(4) 2.7764: +-0.039265."""
+    i = stats.pooled_mean([0.30, 0.32], stats.Pooled(0.0004, 4, 3))
+    assert (i.estimate, i.low, i.high, i.df) == pytest.approx((0.31, 0.270735, 0.349265, 4))
+    configs = [
+        Config(f"t{k}", {}, tuple(Seed(s, v, 0.02) for s, v in enumerate(values)))
+        for k, values in enumerate([(0.30, 0.32), (0.28, 0.31), (0.33, 0.34)])
+    ]
+    raced = verdict(configs, max_seeds=3).ranked
+    assert all(
+        s.interval.method.startswith("pooled t over seeds (3 configurations, df 3") for s in raced
+    )
+    own = stats.t_interval([0.30, 0.32])
+    t0 = next(s for s in raced if s.label == "t0")
+    assert t0.interval.high - t0.interval.low < (own.high - own.low) / 2
+    assert verdict(configs).ranked[0].interval.method == "t over 2 seeds"  # fixed seeds
+
+
 def test_one_configuration_has_no_runner_up_and_minimizing_flips_the_sign():
     only = verdict([one_seed("t0", [1.0, 0.0, 1.0])])
     assert "nothing to compare it with" in only.text and only.runner_up_difference is None
