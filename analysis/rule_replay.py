@@ -60,11 +60,16 @@ class Run:
 
     def __post_init__(self) -> None:
         """The held-out metric's standard error where a recording lacks it (the library's
-        older runs logged none for a reward part): what the trainer logs now, from eval_size."""
+        older runs logged none for a reward part): what the trainer logs now, from eval_size.
+        The steps given are not changed: a step that needs it gets a copy."""
         key = names.stderr_of(self.heldout_metric)
-        for m in self.steps.values():
-            if is_finite_number(m.get(self.heldout_metric)) and not is_finite_number(m.get(key)):
-                m[key] = eval_stderr(self, m)
+
+        def lacks(m: Mapping[str, float]) -> bool:
+            return is_finite_number(m.get(self.heldout_metric)) and not is_finite_number(m.get(key))
+
+        self.steps = {
+            s: {**m, key: eval_stderr(self, m)} if lacks(m) else m for s, m in self.steps.items()
+        }
 
     @property
     def last_step(self) -> int:

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
@@ -140,8 +141,8 @@ def record(run: dict, args: argparse.Namespace, path: Path) -> dict:
         "error": error,
         "wall_s": round(wall, 1),
         "machine": machine(
-            f"shared host, niced; 1-min load average {load_before:.1f} before the run, "
-            f"{os.getloadavg()[0]:.1f} after"
+            f"shared host, nice {os.nice(0)}, {torch.get_num_threads()} torch threads; 1-min "
+            f"load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after"
         ),
         "steps": steps,
     }

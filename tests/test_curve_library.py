@@ -248,3 +248,12 @@ def test_an_eval_never_changes_training(composed, new_recorder, tmp_path):
     for name in ("reward/mean", "loss", "kl_pre_post_v2", "grad_norm"):
         assert runs[1].series(name) == runs[0].series(name), name
     assert len(runs[1].series("eval/reward/mean")) == 4 > len(runs[0].series("eval/reward/mean"))
+
+
+def test_a_run_fills_a_missing_eval_stderr_without_changing_the_steps_it_was_given():
+    # binomial over 400 problems: sqrt(0.3 x 0.7 / 400) = 0.022913
+    given = {0: {"eval/reward/mean": 0.3}, 1: {"reward/mean": 0.2}}
+    run = Run("old", given, eval_size=400)
+    assert run.steps[0]["eval/reward/stderr"] == pytest.approx(0.022913, abs=1e-6)
+    assert given == {0: {"eval/reward/mean": 0.3}, 1: {"reward/mean": 0.2}}
+    assert run.steps[1] is given[1]  # a step with nothing to fill is shared, not copied
