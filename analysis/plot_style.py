@@ -19,7 +19,6 @@ from records.sweep import FORECAST_MEAN  # noqa: E402
 LAYOUT = "constrained"  # every figure's: makes room for titles, labels and outside legends
 CHAR_WIDTH_EM = 0.62  # a text character's mean width in DejaVu Sans, as a share of its size
 LEGEND_CHARS = 34  # a legend label's line, wrapped past this
-Z95 = 1.959964  # a 95% interval of a normal estimate is its value +-Z95 standard errors
 LABELLED_TRIALS = 10  # past this many, only the best trial gets a legend entry
 BEST_COLOR = "tab:red"
 # Every other trial's colour, by its number: the same in every figure, never the best's red.

@@ -24,6 +24,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from analysis import plot_style as ps  # noqa: E402
 from analysis.kl_plots import kl_curves, pareto_front, reward_vs_kl  # noqa: E402
 from analysis.load import EVAL_REWARD, REWARD, StudyData, TrialRecord  # noqa: E402
+from analysis.proportions import Z95  # noqa: E402
 from analysis.verdict import study_verdict  # noqa: E402
 from records.metrics import LR, readable, stderr_of, titled  # noqa: E402
 from records.sweep import (  # noqa: E402
@@ -129,8 +130,8 @@ def reward_curves(data: StudyData) -> Figure | str:
                     at, mean, err = stderr_band(t, metric)
                     ax.fill_between(
                         at,
-                        [m - ps.Z95 * e for m, e in zip(mean, err, strict=True)],
-                        [m + ps.Z95 * e for m, e in zip(mean, err, strict=True)],
+                        [m - Z95 * e for m, e in zip(mean, err, strict=True)],
+                        [m + Z95 * e for m, e in zip(mean, err, strict=True)],
                         color=color,
                         alpha=ps.STDERR_ALPHA,
                         lw=0,

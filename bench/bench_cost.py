@@ -50,10 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from bench_racing import Truth, paired, wilson  # bench/ is on the path: this runs as a script
+from bench_racing import Truth, paired  # bench/ is on the path: this runs as a script
 from machine_info import machine
 from optuna.trial import TrialState
 
+from analysis.proportions import wilson
 from analysis.rule_replay import at_cadence, library_run
 from analysis.verdict import sweep_verdict
 from judge import forecast as forecast_math
@@ -61,6 +62,7 @@ from judge import race, stats
 from judge.stats import MIN_SEEDS, mean_and_stderr
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
+from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep import racing
 from sweeper.sweep.job import TrialPruned, ended_replicate, make_pruner, trial_reporter
 from sweeper.sweep.tell import combine
@@ -138,7 +140,7 @@ POLICIES = (
         "default",
         "auto",
         health=True,
-        max_seeds=race.DEFAULT_MAX_SEEDS,
+        max_seeds=GRPOSweeperConf.max_seeds,
         futility=race.POWER,
         leader_rule=race.HOPEFUL,
     ),
@@ -172,19 +174,6 @@ VARIANTS = (
     Policy("race_power_hopeful", "auto", health=True, futility="power", leader_rule="hopeful"),
     Policy(
         "race_power_max3", "auto", health=True, max_seeds=3, futility="power", leader_rule="hopeful"
-    ),
-    Policy("race_observed", "auto", health=True, futility="observed", leader_rule="hopeful"),
-    Policy(
-        "race_observed_max3",
-        "auto",
-        health=True,
-        max_seeds=3,
-        futility="observed",
-        leader_rule="hopeful",
-    ),
-    Policy("race_pair", "auto", health=True, futility="pair", leader_rule="hopeful"),
-    Policy(
-        "race_pair_max3", "auto", health=True, max_seeds=3, futility="pair", leader_rule="hopeful"
     ),
     Policy(
         "race_optimistic_hopeful_max3",
@@ -975,7 +964,7 @@ def policy_of(attrs: Mapping[str, Any]) -> Policy:
         "auto" if race else attrs[StudyAttr.SEEDS],
         attrs[StudyAttr.PRUNER],
         bool(rules),
-        attrs.get(StudyAttr.MAX_SEEDS, race.DEFAULT_MAX_SEEDS),
+        attrs.get(StudyAttr.MAX_SEEDS, GRPOSweeperConf.max_seeds),
         attrs[StudyAttr.FORECAST_LEVEL],
         attrs[StudyAttr.PRUNER_WARMUP_STEPS],
         futility=race.POWER,  # a real sweep decides with judge/race.py's defaults

@@ -44,6 +44,7 @@ from pathlib import Path
 import optuna
 from machine_info import machine  # bench/ is on the path: this runs as a script
 
+from analysis.proportions import wilson
 from analysis.verdict import verdict
 from judge import stats
 from judge.configs import Config, Seed, config
@@ -245,15 +246,6 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
             m: [sum(cover[m]), len(cover[m]), sum(width[m]) / len(width[m])] for m in PAIRINGS
         }
     return out
-
-
-def wilson(hits: int, n: int) -> list[float]:
-    """The 95% Wilson interval of a rate over n replays."""
-    z = z_quantile()
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [centre - half, centre + half]
 
 
 def paired(a: list[float], b: list[float]) -> list[float]:

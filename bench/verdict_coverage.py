@@ -27,7 +27,8 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from analysis.rule_replay import load_library, wilson
+from analysis.proportions import wilson
+from analysis.rule_replay import load_library
 from judge import stats
 from judge.compare import Judge
 from judge.configs import Config, Seed

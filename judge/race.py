@@ -42,18 +42,16 @@ class Step:
 
 SEED, STOP, HOLD = "seed", "stop", "hold"
 # What a pair not yet separated is judged futile on (`_futile`): OPTIMISTIC, the difference at
-# its one-sided 95% upper bound; POWER, min_difference (the difference that counts); OBSERVED,
-# the larger of min_difference and the observed difference; PAIR, min_difference on the pair's
-# own comparison (its standard error and degrees of freedom, as the verdict reports it).
-OPTIMISTIC, POWER, OBSERVED, PAIR = "optimistic", "power", "observed", "pair"
+# its one-sided 95% upper bound; POWER, min_difference (the difference that counts).
+OPTIMISTIC, POWER = "optimistic", "power"
 # When the leader gets a seed for being on fewer seeds than a rival it is not separated from:
 # ALWAYS, or only while that rival is HOPEFUL (more seeds could still separate them).
 ALWAYS, HOPEFUL = "always", "hopeful"
 # The default race (issue 72, bench/COST.md): POWER futility, the HOPEFUL leader rule and
-# max_seeds=3 (hydra.sweeper.max_seeds). Chosen on the calibration pools: the race before it
-# (OPTIMISTIC, ALWAYS, max_seeds=5) spent 0.99-1.04 of a with-rules 3-seed grid's steps, since
-# at 2 seeds the optimistic bound is wide enough to keep nearly every pair racing.
-DEFAULT_MAX_SEEDS = 3
+# max_seeds=3 (hydra.sweeper.max_seeds, sweeper/plan/settings_schema.py). Chosen on the
+# calibration pools: the race before it (OPTIMISTIC, ALWAYS, max_seeds=5) spent 0.99-1.04 of a
+# with-rules 3-seed grid's steps, since at 2 seeds the optimistic bound is wide enough to keep
+# nearly every pair racing.
 
 
 def decide(
@@ -160,39 +158,13 @@ def _futile(
     plausible = f"{bound:.3g} ({stats.FUTILITY_LEVEL:.0%} upper bound)"
     if bound < min_difference:
         return f"the difference is at most {plausible}, below min_difference={min_difference:.3g}"
-    if futility == PAIR and min_difference > 0 and math.isfinite(diff.se) and diff.df > 0:
-        need = _pair_seeds(diff, len(a.values), len(b.values), level, min_difference)
-        if need <= max_seeds:
-            return ""
-        shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
-        return (
-            f"even a difference of min_difference={min_difference:.3g} would take {shown} "
-            f"seeds each (max_seeds={max_seeds})"
-        )
     if futility != OPTIMISTIC and min_difference > 0:  # 0: only the optimistic bound stops
-        sought = min_difference
-        plausible = f"min_difference={min_difference:.3g}"
-        if futility == OBSERVED and abs(diff.estimate) > min_difference:
-            sought, plausible = abs(diff.estimate), f"{abs(diff.estimate):.3g} (as observed)"
-        bound = sought
+        bound, plausible = min_difference, f"min_difference={min_difference:.3g}"
     need = seeds_to_separate(a.values, b.values, level, pool, bound)
     if need <= max_seeds:
         return ""
     shown = f"~{need}" if math.isfinite(need) else "more than any practical number of"
     return f"even a difference of {plausible} would take {shown} seeds each (max_seeds={max_seeds})"
-
-
-def _pair_seeds(diff: stats.Interval, n_a: int, n_b: int, level: float, sought: float) -> float:
-    """Seeds each at which `sought` would be separated by this comparison if its variance
-    stayed as it is: the standard error scaled from (n_a, n_b) seeds to n each, on the
-    degrees of freedom the added seeds bring (one a seed both run: the fewer of the ways a
-    paired or pooled comparison grows)."""
-    now = 1 / n_a + 1 / n_b
-    for n in range(max(n_a, n_b, stats.MIN_SEEDS), 1000):
-        df = diff.df + max(0, n - max(n_a, n_b))
-        if stats.t_quantile(df, level) * diff.se * math.sqrt((2 / n) / now) < sought:
-            return n
-    return math.inf
 
 
 def _stop_or_wait(why: str, leader: Config, wait_for_leader: bool) -> Step:

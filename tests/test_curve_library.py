@@ -29,14 +29,8 @@ from analysis.curve_labels import (
     label,
     smoothed,
 )
-from analysis.rule_replay import (
-    Run,
-    at_cadence,
-    clustered_interval,
-    library_run,
-    tallies,
-    wilson,
-)
+from analysis.proportions import clustered_interval, wilson
+from analysis.rule_replay import Run, at_cadence, library_run, tallies
 from trainer.env.length_reward import length_bonus
 from trainer.env.rewards import score_batch
 from trainer.env.tasks import make_task
