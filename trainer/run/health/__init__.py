@@ -1,4 +1,5 @@
-"""Run health, split by job: rules (what a rule and a breach are, the defaults), monitor
+"""Run health, split by job: rules (what a rule and a breach are, the defaults), settings
+(rules from their settings, checked), monitor
 (the rules checked after every step), replay (the rules on a recorded run)."""
 
 from trainer.run.health.monitor import HealthMonitor, first_to_prune
@@ -19,5 +20,5 @@ from trainer.run.health.rules import (
     default_rules,
     failure_mode_rules,
     guard_words,
-    rules_from_settings,
 )
+from trainer.run.health.settings import rules_from_settings
