@@ -34,7 +34,7 @@ import itertools
 import json
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import bench_cost as bc  # bench/ is on the path: this runs as a script
 import optuna
@@ -53,6 +53,7 @@ WHATS = ("covered", "covered, truth noise allowed")
 PRINTED = (
     "all",
     "all, unstable",
+    "all, unstable, kept runs' truth",
     "all, scattered",
     "shown",
     "shown, unstable",
@@ -115,11 +116,14 @@ def verdict_coverage(
     pool: bc.Pool,
     study: optuna.Study,
     truth_seeds: Sequence[int],
-    unstable: set[str],
+    stopped: Mapping[str, Sequence[int]],
     scattered: set[frozenset[str]] = frozenset(),
 ) -> Counter:
     """One replay's verdict against the truth over `truth_seeds`: per kind of pair, how many
-    were judged and covered (and the intervals' summed width)."""
+    were judged and covered (and the intervals' summed width). stopped: `unstable_configs`.
+    Besides the truth over every seed, one over the seeds whose runs the rules keep (`kept
+    runs' truth`): a sweep with the rules averages only those, so on an unstable pair the
+    two truths differ by the runs the rules stop."""
     trials = study.get_trials(deepcopy=False)
     name = {f"t{t.number}": t.user_attrs[bc.CONFIG] for t in trials}
     attrs = study.user_attrs
@@ -128,12 +132,13 @@ def verdict_coverage(
     level = racing_level(attrs.get(StudyAttr.MAX_SEEDS), len(ranked))
     out = Counter({"configurations without a value": len(trials) - len(ranked)})
 
-    def truth_diffs(a: Config, b: Config) -> list[float]:
+    def truth_diffs(a: Config, b: Config, kept: bool = False) -> list[float]:
         ca, cb = name[a.label], name[b.label]
-        return [pool.final(ca, s)[0] - pool.final(cb, s)[0] for s in truth_seeds]
+        gone = {*stopped.get(ca, ()), *stopped.get(cb, ())} if kept else set()
+        return [pool.final(ca, s)[0] - pool.final(cb, s)[0] for s in truth_seeds if s not in gone]
 
     def stability(a: Config, b: Config) -> str:
-        return "unstable" if {name[a.label], name[b.label]} & unstable else "stable"
+        return "unstable" if {name[a.label], name[b.label]} & set(stopped) else "stable"
 
     for a, b in itertools.combinations(ranked, 2):
         interval = judge.difference(a, b)
@@ -158,6 +163,10 @@ def verdict_coverage(
                 out, [f"shown at its level, {k}" for k in ("all", split)], shown, truth_diffs(a, b)
             )
         tallied(out, kinds, interval, truth_diffs(a, b))
+        kept = truth_diffs(a, b, kept=True)
+        if len(kept) >= 2:  # the truth's noise needs two seeds
+            on_kept = [f"{k}, kept runs' truth" for k in kinds if k in ("all", "all, unstable")]
+            tallied(out, on_kept, interval, kept)
     return out
 
 
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             for q in policies:
                 study = bc.Sweep(pool, q, queue, order, name, args.eval_every).run()
                 per_policy[q.name].append(
-                    verdict_coverage(pool, study, order[drawn:], set(unstable), scattered)
+                    verdict_coverage(pool, study, order[drawn:], unstable, scattered)
                 )
         entry = {
             "configurations": sorted(pool.runs),

@@ -77,9 +77,12 @@ def test_a_replayed_verdict_counts_its_pair_as_shown_and_against_the_unseen_seed
         b=[flat(0.2), flat(0.21), flat(0.2), flat(0.21)],
     )
     study = bc.Sweep(p, bc.Policy("fixed2", 2), ["b", "a"], [0, 1, 2, 3], "s", 2).run()
-    got = dc.verdict_coverage(p, study, [2, 3], {"b"})
+    got = dc.verdict_coverage(p, study, [2, 3], {"b": [5]})  # stopped on a seed not drawn
     # two configurations of two seeds: the blocked fit has too few to pair them, Welch's t
     for kind in ("all", "all, unstable", "all, fewest seeds 2", "all, unpaired", "shown"):
         assert got[f"{kind} judged"] == got[f"{kind} covered"] == 1, kind
     assert got["shown at its level, all judged"] == 1  # fixed seeds: its level is 95%
     assert got["configurations without a value"] == 0
+    assert got["all, unstable, kept runs' truth judged"] == 1  # seeds 2 and 3 both kept
+    stopped_in_truth = dc.verdict_coverage(p, study, [2, 3], {"b": [2]})
+    assert stopped_in_truth["all, unstable, kept runs' truth judged"] == 0  # one seed left
