@@ -131,6 +131,7 @@ def verdict_coverage(
     judge = Judge(ranked, raced=StudyAttr.MAX_SEEDS in attrs)  # as the verdict builds it
     level = racing_level(attrs.get(StudyAttr.MAX_SEEDS), len(ranked))
     out = Counter({"configurations without a value": len(trials) - len(ranked)})
+    out.update(f"in the verdict: {name[c.label]}" for c in ranked)
 
     def truth_diffs(a: Config, b: Config, kept: bool = False) -> list[float]:
         ca, cb = name[a.label], name[b.label]
@@ -155,6 +156,7 @@ def verdict_coverage(
             f"all, {fewest_seeds(a, b)}",
             f"all, {method_of(interval)}",
             f"all, {scatter}",
+            *(f"all, with {name[c.label]}" for c in (a, b)),  # which configurations miss
         ]
         if a is ranked[0]:  # the best against another: what the verdict prints
             kinds += ["shown", f"shown, {split}"]
@@ -256,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             got["configurations without a value"] = sum(
                 r["configurations without a value"] for r in rows
             )
+            got["replays with it in the verdict"] = {
+                c: sum(r[f"in the verdict: {c}"] for r in rows) for c in sorted(pool.runs)
+            }
             entry["policies"][q] = got
             for kind in PRINTED:
                 if kind in got:

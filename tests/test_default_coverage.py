@@ -83,6 +83,8 @@ def test_a_replayed_verdict_counts_its_pair_as_shown_and_against_the_unseen_seed
         assert got[f"{kind} judged"] == got[f"{kind} covered"] == 1, kind
     assert got["shown at its level, all judged"] == 1  # fixed seeds: its level is 95%
     assert got["configurations without a value"] == 0
+    assert got["all, with a judged"] == got["all, with b judged"] == 1
+    assert got["in the verdict: a"] == got["in the verdict: b"] == 1
     assert got["all, unstable, kept runs' truth judged"] == 1  # seeds 2 and 3 both kept
     stopped_in_truth = dc.verdict_coverage(p, study, [2, 3], {"b": [2]})
     assert stopped_in_truth["all, unstable, kept runs' truth judged"] == 0  # one seed left
