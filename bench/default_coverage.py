@@ -3,7 +3,7 @@ holds the truth's difference in its intervals, with 95% intervals clustered by r
 72); the fixed-seed grids on the same draws beside it.
 
     python bench/default_coverage.py --curves 'FILES*.json' [--part heldout] [--repetitions 60]
-        [--policies default fixed2_health ...] [--out NAME]
+        [--policies default fixed2_health ...] [--name NAME]
 
 Each replay is bench_cost.py's: one sweep of each policy over a recorded pool, the sweeper's
 own decisions (its `draws` and `Sweep`; nothing raced again here). Its verdict is
