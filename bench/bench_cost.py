@@ -44,7 +44,7 @@ import random
 import re
 import sys
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -673,22 +673,28 @@ def scored(truth: Truth, out: dict) -> dict:
     }
 
 
+def draws(pool: Pool, reps: int, seed: int) -> Iterator[tuple[int, list[int], list[str], str]]:
+    """`reps` replays' draws, as a sweep makes them: (replay, the recorded seeds in one order
+    shared by every configuration, the configurations' queue, the study's name)."""
+    rng = random.Random(seed)
+    for rep in range(reps):
+        order = rng.sample(pool.seeds, len(pool.seeds))
+        queue = rng.sample(sorted(pool.runs), len(pool.runs))
+        yield rep, order, queue, f"{pool.name}-{seed}-{rep}"
+
+
 def replays(
     pool: Pool, truth: Truth, policies: Sequence[Policy], reps: int, seed: int, eval_every: int
 ):
     """`reps` replays of every policy on the same draws: (rows, skipped policies)."""
-    rng = random.Random(seed)
-    seeds = pool.seeds
     usable = [
         p
         for p in policies
-        if p.most_seeds <= len(seeds) and (pool.curves or (p.pruner == "none" and not p.health))
+        if p.most_seeds <= len(pool.seeds)
+        and (pool.curves or (p.pruner == "none" and not p.health))
     ]
     rows = []
-    for rep in range(reps):
-        order = rng.sample(seeds, len(seeds))  # one seed order shared by every configuration
-        queue = rng.sample(sorted(pool.runs), len(pool.runs))
-        name = f"{pool.name}-{seed}-{rep}"
+    for rep, order, queue, name in draws(pool, reps, seed):
         row = {"replay": rep, "seed": seed, "order": order, "queue": queue}
         for p in usable:
             out = outcome(Sweep(pool, p, queue, order, name, eval_every).run())

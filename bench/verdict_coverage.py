@@ -12,7 +12,8 @@ the truth being the mean final held-out value over the recorded seeds the replay
 (independent of it). The truth is itself a mean over finitely many seeds: its own noise makes
 the plain coverage an underestimate of the coverage of the expected difference, which is what
 the interval is for; the second figure allows for that noise (see `replay`). Pairs of one replay
-share their seeds, so the Wilson interval over pairs is narrower than the replays warrant.
+share their seeds, so a coverage's interval is clustered by replay (the Wilson one over pairs,
+beside it in the results, is narrower than the replays warrant).
 Writes bench/results/verdict_coverage.json (or --out).
 """
 
@@ -27,7 +28,7 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from analysis.proportions import wilson
+from analysis.proportions import clustered_interval, wilson
 from analysis.rule_replay import load_library
 from judge import stats
 from judge.compare import Judge
@@ -61,14 +62,22 @@ def paired_spread(pool: dict[str, dict[int, tuple[float, float]]], a: str, b: st
     return statistics.stdev(pool[a][s][0] - pool[b][s][0] for s in common)
 
 
+def noise_allowed(interval: stats.Interval, truth_diffs: list[float]) -> tuple[float, float]:
+    """The interval widened, in quadrature, by 1.96 standard errors of the truth's mean
+    difference over its seeds (`truth_diffs`, one a seed): the truth is a mean of finitely
+    many seeds, not the expectation the interval is for."""
+    truth_se = statistics.stdev(truth_diffs) / math.sqrt(len(truth_diffs))
+    low = interval.estimate - math.hypot(interval.estimate - interval.low, 1.96 * truth_se)
+    high = interval.estimate + math.hypot(interval.high - interval.estimate, 1.96 * truth_se)
+    return low, high
+
+
 def replay(
     pool: dict[str, dict[int, tuple[float, float]]], n: int, rng: random.Random, split: float
 ) -> Counter:
     """One draw of n seeds shared by every configuration: per pair, whether the verdict's
     interval holds the truth's difference, plainly and with the truth's own noise allowed for
-    (the interval widened, in quadrature, by 1.96 standard errors of the truth's paired
-    difference over its seeds: the truth is a mean of the other seeds, not the expectation
-    the interval is for), over every pair and over the pairs whose values vary (not both constant,
+    (`noise_allowed`), over every pair and over the pairs whose values vary (not both constant,
     e.g. two lrs collapsed to 0 at every seed, which any interval covers), and those split at
     `split` into steady and scattered pairs by their seed-paired spread: the blocked fit judges
     every pair with one pooled residual variance, so its coverage differs between the two."""
@@ -82,9 +91,7 @@ def replay(
         interval = judge.difference(a, b)
         diffs = [pool[a.label][s][0] - pool[b.label][s][0] for s in rest]
         truth = statistics.fmean(diffs)
-        truth_se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-        low = interval.estimate - math.hypot(interval.estimate - interval.low, 1.96 * truth_se)
-        high = interval.estimate + math.hypot(interval.high - interval.estimate, 1.96 * truth_se)
+        low, high = noise_allowed(interval, diffs)
         varies = len({pool[c.label][s][0] for c in (a, b) for s in common}) > 1
         scatter = "scattered" if paired_spread(pool, a.label, b.label) > split else "steady"
         for kind in ("all", "varying", scatter) if varies else ("all",):
@@ -116,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             spreads = [paired_spread(pool, a, b) for a, b in itertools.combinations(pool, 2)]
             split = statistics.median(x for x in spreads if x > 0)  # among the varying pairs
-            counts: Counter = Counter()
-            for _ in range(args.replays):
-                counts += replay(pool, n, rng, split)
+            per_replay = [replay(pool, n, rng, split) for _ in range(args.replays)]
+            counts = sum(per_replay, Counter())
             entry = {
                 "configurations": len(pool),
                 "recorded_seeds": sorted(common),
@@ -130,16 +136,23 @@ def main(argv: list[str] | None = None) -> int:
                 entry[f"{kind} pairs: mean width"] = counts[f"{kind} width"] / max(judged, 1)
                 for what in ("covered", "covered, truth noise allowed"):
                     covered = counts[f"{kind} {what}"]
-                    low, high = wilson(covered, judged)
+                    clusters = {
+                        str(i): (c[f"{kind} {what}"], c[f"{kind} judged"])
+                        for i, c in enumerate(per_replay)
+                        if c[f"{kind} judged"]
+                    }
+                    low, high = clustered_interval(clusters)
                     entry[f"{kind} pairs: {what}"] = {
                         "covered": covered,
                         "judged": judged,
                         "coverage": covered / judged,
+                        "clustered by replay": [low, high],
+                        "wilson": list(wilson(covered, judged)),
                     }
                     print(
                         f"{name} seeds={n} ({len(pool)} lrs, truth over {len(common) - n} seeds),"
                         f" {kind} pairs, {what}: {covered}/{judged} = {covered / judged:.1%}"
-                        f" [{low:.1%}, {high:.1%}]"
+                        f" [{low:.1%}, {high:.1%}] clustered by replay"
                     )
             out[f"{name} seeds={n}"] = entry
     (RESULTS / args.out).write_text(json.dumps(out, indent=1) + "\n")
