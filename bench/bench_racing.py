@@ -46,7 +46,7 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 
 from analysis.proportions import wilson
 from analysis.verdict import verdict
-from judge import stats
+from judge import blocked, stats
 from judge.configs import Config, Seed, config
 from judge.race import HOLD, SEED, STOP, decide, minimal_difference
 from judge.stats import MIN_SEEDS, mean_and_stderr, z_quantile
@@ -220,8 +220,8 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
     out = {}
     for n in (2, 3):
         by_seed = {c: {s: v for s, v, _ in d[:n]} for c, d in order.items()}
-        fit = stats.blocked_fit(by_seed)
-        raised = stats.blocked_bound(fit)
+        fit = blocked.blocked_fit(by_seed)
+        raised = blocked.blocked_bound(fit)
         cover = {m: [] for m in PAIRINGS}
         width = {m: [] for m in PAIRINGS}
         for a in by_seed:
@@ -231,7 +231,7 @@ def pairing(truth: Truth, order: dict[str, list[Drawn]]) -> dict:
                 made = {
                     "blocked": fit.difference(a, b),
                     "blocked_raised": raised.difference(a, b),
-                    "per_seed": stats.per_seed_difference(by_seed[a], by_seed[b]),
+                    "per_seed": blocked.per_seed_difference(by_seed[a], by_seed[b]),
                     "welch": stats.welch_difference(
                         list(by_seed[a].values()), list(by_seed[b].values())
                     ),

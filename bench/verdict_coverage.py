@@ -30,7 +30,7 @@ from pathlib import Path
 
 from analysis.proportions import clustered_interval, wilson
 from analysis.rule_replay import load_library
-from judge import stats
+from judge import blocked, stats
 from judge.compare import Judge
 from judge.configs import Config, Seed
 
@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--library", type=Path, nargs="+", default=[RESULTS / "curves"])
     p.add_argument("--out", default="verdict_coverage.json", help="file name under bench/results")
     p.add_argument(
-        "--prior-df", type=float, default=stats.PRIOR_DF, help="the moderation's (to choose it)"
+        "--prior-df", type=float, default=blocked.PRIOR_DF, help="the moderation's (to choose it)"
     )
     args = p.parse_args(argv)
-    stats.PRIOR_DF = args.prior_df  # judge.stats.moderated reads it at each call
+    blocked.PRIOR_DF = args.prior_df  # judge.blocked.moderated reads it at each call
     rng = random.Random(0)
     out = {}
     for name, pool in sorted(pools(args.part, args.library).items()):

@@ -4,7 +4,7 @@ on it (judge/race.py) and the verdict reports it (analysis/verdict.py).
 Sharpest valid interval first (judge/stats.py says why each):
   - paired by seed: the blocked fit (configuration + seed) over every configuration with
     MIN_SEEDS values, its residual variance raised to its VARIANCE_BOUND upper bound, then
-    moderated toward the pair's own seed-paired variance (stats.moderated, PRIOR_DF);
+    moderated toward the pair's own seed-paired variance (blocked.moderated, PRIOR_DF);
   - unpaired, >= 2 seeds each: the pooled seed variance of a raced sweep (raised alike), or
     Welch's t when seeds were not raced;
   - one seed each: per-problem differences on the same problems, else the two eval stderrs.
@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from judge import stats
+from judge import blocked, stats
 from judge.configs import Config
 from judge.stats import MIN_SEEDS, Interval, mean_and_stderr
 
@@ -27,8 +27,8 @@ class Judge:
 
     def __init__(self, configs: Sequence[Config], raced: bool = True):
         used = [c for c in configs if len(c.values) >= MIN_SEEDS]
-        fit = stats.blocked_fit({c.label: c.by_seed for c in used if c.paired})
-        self.fit = stats.blocked_bound(fit) if fit.df else None
+        fit = blocked.blocked_fit({c.label: c.by_seed for c in used if c.paired})
+        self.fit = blocked.blocked_bound(fit) if fit.df else None
         pool = stats.pooled_variance([c.values for c in used])
         self.pool = stats.variance_bound(pool) if raced else None
 
@@ -53,7 +53,7 @@ class Judge:
             if by_seed is not None:
                 shared = sorted(set(a.by_seed) & set(b.by_seed))
                 own = [a.by_seed[s] - b.by_seed[s] for s in shared]
-                return stats.moderated(by_seed, self.fit.variance, own, level)
+                return blocked.moderated(by_seed, self.fit.variance, own, level)
             if self.pool is not None:
                 out = stats.pooled_difference(a.values, b.values, self.pool, level)
             else:

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from analysis.verdict import Config, Seed, interval_cells, objective_range, summarize, verdict
-from judge import stats
+from judge import blocked, stats
 
 
 def test_t_interval_over_three_seeds():
@@ -184,7 +184,7 @@ def test_a_verdict_paired_by_seed_where_seeds_are_shared():
         "bound), moderated by the pair's own 3 seeds (df 4)"
     )
     assert v.decision.startswith("t0 (defaults) beat every other, t1 by 0.0567")
-    per_seed = stats.per_seed_difference(a.by_seed, b.by_seed)  # the same, not raised
+    per_seed = blocked.per_seed_difference(a.by_seed, b.by_seed)  # the same, not raised
     assert (per_seed.low, per_seed.high) == pytest.approx((0.027983, 0.085351), abs=1e-5)
 
 
@@ -204,14 +204,14 @@ def test_blocked_fit_over_three_configurations():
     # a = [1, 3], b = [0, 2], c = [1, 1] on seeds 0, 1: residuals x - row - column + grand
     # = (-1/3, 1/3, -1/3, 1/3, 2/3, -2/3), SS 4/3 on df (3-1)(2-1) = 2 -> s^2 2/3;
     # se(a - b) = sqrt(2 s^2 / 2) = 0.816497; t(0.975, 2) = 4.302653 -> half 3.513101
-    fit = stats.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
+    fit = blocked.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
     assert (fit.df, fit.variance) == (2, pytest.approx(2 / 3))
     i = fit.difference("a", "b")
     assert (i.estimate, i.low, i.high) == pytest.approx((1, -2.513101, 4.513101), abs=1e-5)
     # b ran seed 0 only beside a's 0 and 1 (a raced configuration): read at the same seeds
-    raced = stats.blocked_fit({"a": {0: 1, 1: 3, 2: 2}, "b": {0: 0.5, 1: 2.5}})
+    raced = blocked.blocked_fit({"a": {0: 1, 1: 3, 2: 2}, "b": {0: 0.5, 1: 2.5}})
     assert raced.adjusted == pytest.approx((2.0, 1.5))  # b at seed 2: 2 - 0.5
-    assert stats.blocked_fit({"a": {0: 1, 1: 2}, "b": {5: 1, 6: 2}}).difference("a", "b") is None
+    assert blocked.blocked_fit({"a": {0: 1, 1: 2}, "b": {5: 1, 6: 2}}).difference("a", "b") is None
 
 
 def test_the_pooled_variance_is_moderated_toward_the_pair_own():
@@ -221,10 +221,10 @@ def test_the_pooled_variance_is_moderated_toward_the_pair_own():
     # a - c: (2 x 2/3 + 1 x 1) / 3 = 7/9 -> se 0.816497 x sqrt(7/6) = 0.881918;
     # t(0.975, 3) = 3.182446 -> halves 2.121632 and 2.806655: the steady pair narrows, the
     # scattered one widens (one pooled variance covered them 99% and 71-87%, bench/HEALTH.md)
-    assert stats.PRIOR_DF == 2
-    fit = stats.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
-    steady = stats.moderated(fit.difference("a", "b"), fit.variance, [1, 1])
-    scattered = stats.moderated(fit.difference("a", "c"), fit.variance, [0, 2])
+    assert blocked.PRIOR_DF == 2
+    fit = blocked.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
+    steady = blocked.moderated(fit.difference("a", "b"), fit.variance, [1, 1])
+    scattered = blocked.moderated(fit.difference("a", "c"), fit.variance, [0, 2])
     assert (steady.se, steady.df, steady.low, steady.high) == pytest.approx(
         (0.666667, 3, -1.121632, 3.121632), abs=1e-5
     )
@@ -234,7 +234,7 @@ def test_the_pooled_variance_is_moderated_toward_the_pair_own():
     assert scattered.method.endswith("moderated by the pair's own 2 seeds (df 3)")
     # one shared seed has no variance of its own: the fit's interval stands
     one = fit.difference("a", "b")
-    assert stats.moderated(one, fit.variance, [1]) == one
+    assert blocked.moderated(one, fit.variance, [1]) == one
 
 
 def test_a_mean_reward_interval_stays_in_zero_to_one():
