@@ -56,7 +56,7 @@ from sweeper.results import display, runs
 from sweeper.results.display import final_table, progress_line, say
 from sweeper.study import slots
 from sweeper.study.heartbeat import Heartbeat
-from sweeper.sweep import racing, terminator, trial_process
+from sweeper.sweep import packs, racing, terminator, trial_process
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
@@ -154,6 +154,8 @@ class SweepRunner:
                     self.s.n_jobs,
                 )
             return 1
+        if self.s.pack > 1:
+            log.warning("hydra.sweeper.pack=%d packs the basic launcher's jobs only", self.s.pack)
         return self.s.n_jobs
 
     def _finish(self, study: optuna.Study, status: str) -> None:
@@ -195,13 +197,15 @@ class SweepRunner:
                 job = None
                 while len(running) < self.lanes and (job := self._next_job(study, pending)):
                     if inline:  # in this thread, so Ctrl-C and SIGTERM reach the training loop
-                        self._job_ended(study, job, self._launch(job), pending)
+                        jobs = self._pack_of(job, study, pending)
+                        for job, ret in zip(jobs, self._launch(jobs), strict=True):
+                            self._job_ended(study, job, ret, pending)
                         break
-                    running[pool.submit(self._launch, job)] = job
+                    running[pool.submit(self._launch, [job])] = job
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
-                        self._job_ended(study, running.pop(future), future.result(), pending)
+                        self._job_ended(study, running.pop(future), future.result()[0], pending)
                 elif job is None and self.in_flight:  # only held ones, waiting for others to end
                     time.sleep(HOLD_POLL_S)
                     self._look_again(study, pending)
@@ -289,25 +293,33 @@ class SweepRunner:
             space=self.space,
         )
 
-    def _launch(self, job: Job) -> JobReturn:
-        """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
+    def _pack_of(self, job: Job, study: optuna.Study, pending: deque[Job]) -> list[Job]:
+        """`job` and the next ones, up to hydra.sweeper.pack, to run as one (packs.py). A
+        seed a race adds meanwhile runs in a later pack: its look needs these seeds' ends."""
+        jobs = [job]
+        while len(jobs) < self.s.pack and (more := self._next_job(study, pending)):
+            jobs.append(more)
+        return jobs
+
+    def _launch(self, jobs: list[Job]) -> list[JobReturn]:
+        """Jobs through the launcher: one (a lane's thread, or this one for the basic
+        launcher), or a pack of them (this one, packs.py); their JobReturns."""
         with self.devices.lease() as device:
-            overrides = job.overrides + ([f"model.device={quote(device)}"] if device else [])
+            on_device = [f"model.device={quote(device)}"] if device else []
+            overrides = [job.overrides + on_device for job in jobs]
+            numbers = [job.trial.number for job in jobs]
+            args = (self.hydra_context, self.task_function, self.config, overrides, numbers)
             try:
                 if self.in_trial_process:
-                    return trial_process.launch(
-                        self.hydra_context,
-                        self.task_function,
-                        self.config,
-                        overrides,
-                        job.trial.number,
-                    )
-                return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
+                    return trial_process.launch(*args)
+                if len(jobs) > 1:
+                    return packs.launch(*args)
+                return list(self.launcher.launch(overrides, initial_job_idx=numbers[0]))
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
                 if self.in_trial_process and not trial_process.usable(self.task_function):
                     trial_process.stop()  # killed (out of memory?): the next jobs run here
                     self.in_trial_process = False
-                return oa.failed_return(RuntimeError(one_line(e)))
+                return [oa.failed_return(RuntimeError(one_line(e))) for _ in jobs]
 
     def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
         flight = self.in_flight[job.trial.number]
