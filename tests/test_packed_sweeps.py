@@ -82,7 +82,7 @@ def test_a_packed_sweep_records_each_trial_as_the_unpacked_sweep_does(tmp_path):
     for trial in study_in(packed).trials:  # each member logs to its own job's file
         (log,) = (packed / "multirun").glob(f"*/*/t{trial.number}/*.log")
         text = log.read_text()
-        assert "packing jobs 0, 1, 2 on one base model" in text
+        assert "packing t0, t1, t2 on one base model" in text
         assert text.count("Training 3 steps") == 1 and f"lr={trial.params['lr']:g}," in text
 
 

@@ -22,6 +22,7 @@ tuned file.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -41,7 +42,6 @@ from records.database import DatabaseUnreachable
 from records.sweep import (
     State,
     StudyAttr,
-    Tag,
     TrialAttr,
     best_trial,
     is_interrupted,
@@ -142,7 +142,7 @@ class SweepRunner:
         self._finish(study, "FINISHED")
         return []
 
-    @property
+    @functools.cached_property  # its warnings said once
     def lanes(self) -> int:
         """Runs at once: the basic launcher runs jobs in this process, one at a time."""
         if type(self.launcher).__name__ == "BasicLauncher":
@@ -302,8 +302,7 @@ class SweepRunner:
         return jobs
 
     def _launch(self, jobs: list[Job]) -> list[JobReturn]:
-        """Jobs through the launcher: one (a lane's thread, or this one for the basic
-        launcher), or a pack of them (this one, packs.py); their JobReturns."""
+        """Their JobReturns: one job (in a lane's thread, or this one), or a pack (packs.py)."""
         with self.devices.lease() as device:
             on_device = [f"model.device={quote(device)}"] if device else []
             overrides = [job.overrides + on_device for job in jobs]
@@ -363,30 +362,11 @@ class SweepRunner:
             self.last_progress = progress_line(study, self.search_sampler.planned, self.s.maximize)
         else:
             self._say_progress(study)
-        self._stop_if_nothing_to_gain(study)
+        terminator.stop_if_nothing_to_gain(
+            study, self.s, self.search_sampler.planned, self.parent_run_id, self.name
+        )
         self.tuned.update(study)
         return True
-
-    def _stop_if_nothing_to_gain(self, study: optuna.Study) -> None:
-        """terminator=true: once the best cannot plausibly be beaten by more than its noise,
-        record why on the study (every worker reads it before taking a slot) and its MLflow
-        run; configurations already started finish, queued slots stay queued."""
-        if not self.s.terminator or study.user_attrs.get(StudyAttr.STOPPED):
-            return
-        if not display.Counts.of(study).waiting:  # nothing left to stop
-            return
-        reason = terminator.stop_reason(
-            study.get_trials(deepcopy=False),
-            self.s.maximize,
-            self.s.terminator_min_trials,
-            self.search_sampler.planned,
-            self.s.seed,
-        )
-        if reason is None:
-            return
-        study.set_user_attr(StudyAttr.STOPPED, reason)
-        runs.set_run_tags(self.parent_run_id, {Tag.STOPPED: reason})
-        say(f"[sweep {self.name}] {reason}")
 
     def _look_again(self, study: optuna.Study, pending: deque) -> None:
         """Held leaders look again, from the first, after each one told, until none is."""

@@ -129,9 +129,8 @@ def _run_pack(
     ]
     try:
         with _log_by_member(members):  # said in every member's log file
-            log.info(
-                "packing jobs %s on one base model", ", ".join(str(c.hydra.job.id) for c in members)
-            )
+            jobs = ", ".join(str(c.hydra.sweep.subdir) for c in members)  # t<trial>[-s<seed>]
+            log.info("packing %s on one base model", jobs)
             display.trial_output_to_log(members[0].hydra.verbose)  # before the model loads
             results = PackHost(members).run_bodies(bodies)
     except Exception as e:  # the pack's own failure (e.g. its model did not load)
