@@ -156,12 +156,14 @@ class _ByMember(logging.Handler):
     """Each member thread's records to its job's log file; the host's own to all of them."""
 
     def __init__(self, files: list[Path], formatter: logging.Formatter | None) -> None:
+        from trainer.packed.host import member_thread
+
         super().__init__()
         self.handlers = {}
         for i, path in enumerate(files):
             handler = logging.FileHandler(path)
             handler.setFormatter(formatter)
-            self.handlers[f"packed-{i}"] = handler  # host.py's member thread names
+            self.handlers[member_thread(i)] = handler
 
     def emit(self, record: logging.LogRecord) -> None:
         handler = self.handlers.get(record.threadName)

@@ -65,6 +65,11 @@ SHARED_KEYS = (
 )
 
 
+def member_thread(index: int) -> str:
+    """The name of member `index`'s thread (a sweep routes its log records by it)."""
+    return f"packed-{index}"
+
+
 def check_packable(cfgs: list[DictConfig]) -> None:
     """ConfigError unless the trials can share one base model: the same model, LoRA rank and
     targets, our backend in one process, the torch sampler on a CPU, no LoRA dropout, and not
@@ -123,7 +128,7 @@ class Member:
         serve_as(self)
         try:
             if self.host.stopping:  # the pack stopped before this member's first turn
-                raise self.host.stopping
+                raise _copy(self.host.stopping)
             self.result = self.body()
         except BaseException as e:  # a pruned trial, a failure: it leaves the pack
             self.result = e
@@ -237,7 +242,8 @@ class PackHost:
         return value, or the exception that ended it."""
         members = [Member(self, i, body) for i, body in enumerate(bodies)]
         threads = [
-            threading.Thread(target=m.main, name=f"packed-{m.index}", daemon=True) for m in members
+            threading.Thread(target=m.main, name=member_thread(m.index), daemon=True)
+            for m in members
         ]
         for thread in threads:
             thread.start()
