@@ -86,7 +86,8 @@ def test_a_packed_sweep_records_each_trial_as_the_unpacked_sweep_does(tmp_path):
         assert text.count("Training 3 steps") == 1 and f"lr={trial.params['lr']:g}," in text
 
 
-RESUMED = ["lr=1e-3,2e-3", *SHAPE[1:], "max_steps=4", "save_every=2", "hydra.sweeper.pack=2"]
+# Signalled once both members saved step 2: 6 steps to go, so the signal lands mid-training.
+RESUMED = ["lr=1e-3,2e-3", *SHAPE[1:], "max_steps=8", "save_every=2", "hydra.sweeper.pack=2"]
 RESUMED += ["hydra.sweeper.health=[]"]  # about the signal: no trial may stop on its own
 
 
@@ -112,7 +113,7 @@ def test_sigterm_stops_every_member_and_the_same_command_resumes_each(tmp_path):
     assert sorted(t.params["lr"] for t in retries) == [1e-3, 2e-3]
     for retry in retries:
         (seed,) = replicates(retry)
-        assert seed.state == State.COMPLETE and seed.steps_run == 4
+        assert seed.state == State.COMPLETE and seed.steps_run == 8
         assert seed.resumed_from_step is not None and seed.resumed_from_step >= 2
         steps = {m.step for m in client.get_metric_history(seed.run_id, "reward/mean")}
-        assert steps == set(range(1, 5))  # the interrupted run, continued
+        assert steps == set(range(1, 9))  # the interrupted run, continued
