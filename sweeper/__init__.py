@@ -38,6 +38,8 @@ sweep/       running the plan
   signals         process signals (SIGTERM, SIGHUP) interrupt like Ctrl-C; job processes end
   trial_process   the process the command starts first, which loads what a trial needs while
                   the sweep starts, then runs the basic launcher's jobs
+  packs           hydra.sweeper.pack: several of those jobs trained as one pack on one base
+                  model (trainer/packed/), each still a trial of its own
   racing          seeds=auto: more seeds only where they can change the verdict
   terminator      terminator=true: stop a search when nothing more is to gain
 results/     what a sweep leaves and shows

@@ -55,6 +55,7 @@ ROWS = [
     ({}, ["task.rewards=[last_number,format]", "task.reward_weights=[1.0]"], "error: task.reward_weights=[1.0]: 1 weights for 2 rewards ['last_number', 'format']"),
     ({}, ["hydra.sweeper.pruner=forcast"], "Error merging override hydra.sweeper.pruner=forcast"),
     ({}, ["hydra.sweeper.forecast_level=1.5"], "error: hydra.sweeper.forecast_level=1.5: must be in (0, 1)"),
+    ({}, ["hydra.sweeper.pack=0"], "error: hydra.sweeper.pack=0: must be an integer >= 1"),
     ({}, ["hydra.sweeper.health=[{name: kl, metric: kl_pre_post_v2, action: stop}]"], "error: hydra.sweeper.health[0].action='stop': must be one of prune, warn"),
     ({}, ["backend=trl", "kl_penalty_coef=0.1"], "error: kl_penalty_coef=0.1: backend=trl cannot: ours folds the KL into the advantage, TRL's beta is a loss term; sweep backend.grpo.beta instead"),
     ({}, ["backend=trl", "+backend.grpo.use_vlm=true"], "error: backend.grpo.use_vlm: not an option of TRL's GRPOConfig; did you mean use_vllm?"),

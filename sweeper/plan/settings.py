@@ -57,6 +57,7 @@ class SweepSettings:
     terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
+    pack: int  # jobs trained as one pack (trainer/packed/); 1: one at a time
     max_failure_rate: float
     max_grid_size: int
     storage: str  # absolute URL
@@ -109,6 +110,8 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         f"must be <= n_trials={conf.n_trials}, or the terminator never looks",
     )
     _require(conf.n_jobs >= 1, "n_jobs", conf.n_jobs, "must be >= 1")
+    pack = conf.pack
+    _require(isinstance(pack, int) and pack >= 1, "pack", pack, "must be an integer >= 1")
     rate = conf.max_failure_rate
     _require(0 <= rate <= 1, "max_failure_rate", rate, "must be in [0, 1]")
     _require(conf.max_grid_size >= 1, "max_grid_size", conf.max_grid_size, "must be >= 1")
@@ -149,6 +152,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         terminator=bool(conf.terminator),
         terminator_min_trials=least,
         n_jobs=conf.n_jobs,
+        pack=pack,
         max_failure_rate=rate,
         max_grid_size=conf.max_grid_size,
         storage=resolve_url(conf.storage),

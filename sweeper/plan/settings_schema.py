@@ -64,6 +64,12 @@ class GRPOSweeperConf:
     # its own process, and a slot freed by a pruned or finished run is refilled at once. The
     # basic launcher runs one at a time, in the trial process (sweeper/sweep/trial_process.py).
     n_jobs: int = 1
+    # Packed trials (trainer/packed/): up to this many jobs run as one, in lockstep on one
+    # base model, each still its own trial, MLflow run and checkpoints; jobs that cannot share
+    # a model (another model, LoRA rank or targets, sampler) run one at a time as with 1.
+    # The basic launcher only. 1 (no packing) is the default because a pack is slower than
+    # its trials one at a time on a 2-core CPU at the default shapes (bench/PACKED.md).
+    pack: int = 1
     # One run per GPU: a pool such as [cuda:0, cuda:1] (or [0, 1]); each run at once gets its
     # own device as model.device and gives it back when it ends. null: no pool.
     devices: list[str] | None = None

@@ -22,6 +22,7 @@ tuned file.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -41,7 +42,6 @@ from records.database import DatabaseUnreachable
 from records.sweep import (
     State,
     StudyAttr,
-    Tag,
     TrialAttr,
     best_trial,
     is_interrupted,
@@ -56,7 +56,7 @@ from sweeper.results import display, runs
 from sweeper.results.display import final_table, progress_line, say
 from sweeper.study import slots
 from sweeper.study.heartbeat import Heartbeat
-from sweeper.sweep import racing, terminator, trial_process
+from sweeper.sweep import packs, racing, terminator, trial_process
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
@@ -142,7 +142,7 @@ class SweepRunner:
         self._finish(study, "FINISHED")
         return []
 
-    @property
+    @functools.cached_property  # its warnings said once
     def lanes(self) -> int:
         """Runs at once: the basic launcher runs jobs in this process, one at a time."""
         if type(self.launcher).__name__ == "BasicLauncher":
@@ -154,6 +154,8 @@ class SweepRunner:
                     self.s.n_jobs,
                 )
             return 1
+        if self.s.pack > 1:
+            log.warning("hydra.sweeper.pack=%d packs the basic launcher's jobs only", self.s.pack)
         return self.s.n_jobs
 
     def _finish(self, study: optuna.Study, status: str) -> None:
@@ -195,13 +197,15 @@ class SweepRunner:
                 job = None
                 while len(running) < self.lanes and (job := self._next_job(study, pending)):
                     if inline:  # in this thread, so Ctrl-C and SIGTERM reach the training loop
-                        self._job_ended(study, job, self._launch(job), pending)
+                        jobs = self._pack_of(job, study, pending)
+                        for job, ret in zip(jobs, self._launch(jobs), strict=True):
+                            self._job_ended(study, job, ret, pending)
                         break
-                    running[pool.submit(self._launch, job)] = job
+                    running[pool.submit(self._launch, [job])] = job
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
-                        self._job_ended(study, running.pop(future), future.result(), pending)
+                        self._job_ended(study, running.pop(future), future.result()[0], pending)
                 elif job is None and self.in_flight:  # only held ones, waiting for others to end
                     time.sleep(HOLD_POLL_S)
                     self._look_again(study, pending)
@@ -289,25 +293,32 @@ class SweepRunner:
             space=self.space,
         )
 
-    def _launch(self, job: Job) -> JobReturn:
-        """One job through the launcher (a lane's thread, or this one for the basic launcher)."""
+    def _pack_of(self, job: Job, study: optuna.Study, pending: deque[Job]) -> list[Job]:
+        """`job` and the next ones, up to hydra.sweeper.pack, to run as one (packs.py). A
+        seed a race adds meanwhile runs in a later pack: its look needs these seeds' ends."""
+        jobs = [job]
+        while len(jobs) < self.s.pack and (more := self._next_job(study, pending)):
+            jobs.append(more)
+        return jobs
+
+    def _launch(self, jobs: list[Job]) -> list[JobReturn]:
+        """Their JobReturns: one job (in a lane's thread, or this one), or a pack (packs.py)."""
         with self.devices.lease() as device:
-            overrides = job.overrides + ([f"model.device={quote(device)}"] if device else [])
+            on_device = [f"model.device={quote(device)}"] if device else []
+            overrides = [job.overrides + on_device for job in jobs]
+            numbers = [job.trial.number for job in jobs]
+            args = (self.hydra_context, self.task_function, self.config, overrides, numbers)
             try:
                 if self.in_trial_process:
-                    return trial_process.launch(
-                        self.hydra_context,
-                        self.task_function,
-                        self.config,
-                        overrides,
-                        job.trial.number,
-                    )
-                return self.launcher.launch([overrides], initial_job_idx=job.trial.number)[0]
+                    return trial_process.launch(*args)
+                if len(jobs) > 1:
+                    return packs.launch(*args)
+                return list(self.launcher.launch(overrides, initial_job_idx=numbers[0]))
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
                 if self.in_trial_process and not trial_process.usable(self.task_function):
                     trial_process.stop()  # killed (out of memory?): the next jobs run here
                     self.in_trial_process = False
-                return oa.failed_return(RuntimeError(one_line(e)))
+                return [oa.failed_return(RuntimeError(one_line(e))) for _ in jobs]
 
     def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
         flight = self.in_flight[job.trial.number]
@@ -351,30 +362,11 @@ class SweepRunner:
             self.last_progress = progress_line(study, self.search_sampler.planned, self.s.maximize)
         else:
             self._say_progress(study)
-        self._stop_if_nothing_to_gain(study)
+        terminator.stop_if_nothing_to_gain(
+            study, self.s, self.search_sampler.planned, self.parent_run_id, self.name
+        )
         self.tuned.update(study)
         return True
-
-    def _stop_if_nothing_to_gain(self, study: optuna.Study) -> None:
-        """terminator=true: once the best cannot plausibly be beaten by more than its noise,
-        record why on the study (every worker reads it before taking a slot) and its MLflow
-        run; configurations already started finish, queued slots stay queued."""
-        if not self.s.terminator or study.user_attrs.get(StudyAttr.STOPPED):
-            return
-        if not display.Counts.of(study).waiting:  # nothing left to stop
-            return
-        reason = terminator.stop_reason(
-            study.get_trials(deepcopy=False),
-            self.s.maximize,
-            self.s.terminator_min_trials,
-            self.search_sampler.planned,
-            self.s.seed,
-        )
-        if reason is None:
-            return
-        study.set_user_attr(StudyAttr.STOPPED, reason)
-        runs.set_run_tags(self.parent_run_id, {Tag.STOPPED: reason})
-        say(f"[sweep {self.name}] {reason}")
 
     def _look_again(self, study: optuna.Study, pending: deque) -> None:
         """Held leaders look again, from the first, after each one told, until none is."""

@@ -30,7 +30,10 @@ from optuna.terminator import RegretBoundEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from judge.stats import mean_and_stderr
-from records.sweep import State, best_trial, finite_or_none, replicates
+from records.sweep import State, StudyAttr, Tag, best_trial, finite_or_none, replicates
+from sweeper.plan.settings import SweepSettings
+from sweeper.results import display, runs
+from sweeper.results.display import say
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +84,22 @@ def stop_reason(
         f"({best.value:.4g}), cannot plausibly be beaten by more than its noise (regret bound "
         f"{bound:.3g} < its standard error {over}, {noise:.3g})"
     )
+
+
+def stop_if_nothing_to_gain(
+    study: optuna.Study, s: SweepSettings, planned: int, parent_run_id: str, name: str
+) -> None:
+    """terminator=true: once the best cannot plausibly be beaten by more than its noise,
+    record why on the study (every worker reads it before taking a slot) and its MLflow
+    run; configurations already started finish, queued slots stay queued."""
+    if not s.terminator or study.user_attrs.get(StudyAttr.STOPPED):
+        return
+    if not display.Counts.of(study).waiting:  # nothing left to stop
+        return
+    trials = study.get_trials(deepcopy=False)
+    reason = stop_reason(trials, s.maximize, s.terminator_min_trials, planned, s.seed)
+    if reason is None:
+        return
+    study.set_user_attr(StudyAttr.STOPPED, reason)
+    runs.set_run_tags(parent_run_id, {Tag.STOPPED: reason})
+    say(f"[sweep {name}] {reason}")

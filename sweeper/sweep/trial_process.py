@@ -1,8 +1,8 @@
 """The trial process: `python -m sweeper -m ...` starts it with the command, and it loads what
 a trial needs (torch, transformers, PEFT, MLflow: seconds of CPU) on a second core while the
 sweep composes its config, checks its plan and opens its stores. The basic launcher's jobs then
-run in it one at a time, as they would in the sweep's own process: Hydra's launcher, the same
-log files and live line.
+run in it one at a time (or a pack at a time: sweeper/sweep/packs.py), as they would in the
+sweep's own process: Hydra's launcher, the same log files and live line.
 
 Signals reach a job through the sweep: the process has a process group of its own, so a
 terminal's Ctrl-C reaches the sweep only, which passes it (or SIGTERM, SIGHUP) on once and
@@ -108,9 +108,14 @@ def usable(task_function: Any) -> bool:
 
 
 def launch(
-    hydra_context: Any, task_function: Any, config: Any, overrides: list[str], job_idx: int
-) -> Any:
-    """One job through the basic launcher in the trial process; its JobReturn.
+    hydra_context: Any,
+    task_function: Any,
+    config: Any,
+    job_overrides: list[list[str]],
+    job_ids: list[int],
+) -> list[Any]:
+    """Jobs through the basic launcher in the trial process, one, or several as a pack
+    (sweeper/sweep/packs.py); their JobReturns.
 
     An interrupt while it runs is passed on, and the job's own record of it awaited, before
     the interrupt goes on here. RuntimeError: the process died (it is not restarted)."""
@@ -122,8 +127,8 @@ def launch(
         hydra_context,
         task_reference(task_function),
         config,
-        overrides,
-        job_idx,
+        job_overrides,
+        job_ids,
         Singleton.get_state(),
     )
     try:
@@ -197,21 +202,21 @@ def _serve(connection: Connection, sweep_pid: int) -> None:
             from sweeper.plan.preflight import one_line
 
             failed = oa.failed_return(RuntimeError(f"{type(e).__name__}: {one_line(e)}"))
-            connection.send_bytes(cloudpickle.dumps(failed))
+            connection.send_bytes(cloudpickle.dumps([failed] * len(request[3])))
 
 
 def _run(
     hydra_context: Any,
     task: tuple[str, str],
     config: Any,
-    overrides: list[str],
-    job_idx: int,
+    job_overrides: list[list[str]],
+    job_ids: list[int],
     singleton_state: Any,
 ) -> Any:
-    from hydra.core.plugins import Plugins
     from hydra.core.singleton import Singleton
 
     from sweeper.results import display
+    from sweeper.sweep import packs
     from sweeper.sweep.signals import SignalInterrupt, signals_interrupt
 
     Singleton.set_state(singleton_state)
@@ -219,12 +224,9 @@ def _run(
     display.quiet_third_party(config.hydra.verbose)
     bound = getattr(importlib.import_module(task[0]), task[1])
     task_function = getattr(bound, "__wrapped__", bound)  # under @hydra.main
-    launcher = Plugins.instance().instantiate_launcher(
-        hydra_context=hydra_context, task_function=task_function, config=config
-    )
     with signals_interrupt():
         try:
-            return launcher.launch([overrides], initial_job_idx=job_idx)[0]
+            return packs.launch(hydra_context, task_function, config, job_overrides, job_ids)
         except SignalInterrupt as e:
             return Interrupted(str(e))
         except KeyboardInterrupt:

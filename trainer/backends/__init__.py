@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from trainer.base.errors import ConfigError
 from trainer.run.validation import validate as validate_common
 
 if TYPE_CHECKING:
@@ -42,14 +43,19 @@ __all__ = ["checkpoint_dirs", "configured", "resumed_step", "train", "validate"]
 def train(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult:
     """One training run on the configured backend (the library API: `from trainer import
     train`)."""
+    from trainer.packed.members import current_source
+
+    source = current_source()  # a packed trial's: the pack's model (trainer/packed/host.py)
     use_threads(cfg, reporter)
     if cfg.backend.name == "trl":
+        if source is not None:
+            raise ConfigError("packed trials train with backend=ours")
         from trainer.backends.trl import train as train_with_trl
 
         return train_with_trl(cfg, reporter)
     from trainer.run.train import train as train_with_ours
 
-    return train_with_ours(cfg, reporter)
+    return train_with_ours(cfg, reporter, source)
 
 
 def configured(cfg: DictConfig, overrides: Iterable[str] | None = None) -> DictConfig:

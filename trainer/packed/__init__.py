@@ -6,6 +6,9 @@ own trial's adapter.
     from trainer.packed.host import train_packed
     results = train_packed([cfg_a, cfg_b], [reporter_a, reporter_b])
 
+A sweep packs its jobs with `hydra.sweeper.pack=K` (sweeper/sweep/packs.py): each member runs
+the sweep's whole job in its thread, and its train() finds its member (members.current_source).
+
 Modules, bottom to top:
 
   grouped_lora  one base model, K adapters: the base product once, each member's low-rank delta

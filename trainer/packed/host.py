@@ -22,9 +22,11 @@ A member that raises (a pruned trial, a non-finite loss) leaves the pack; the ot
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +44,7 @@ from trainer.model.token_batch import TokenBatch
 from trainer.packed.batches import concat
 from trainer.packed.decode import Chunk, chunks_of, decode_packed
 from trainer.packed.grouped_lora import PackedAdapters, Segments, install
-from trainer.packed.members import MemberSource
+from trainer.packed.members import current_source, serve_as
 from trainer.run.train import Reporter, TrainResult, train
 from trainer.sampling.model_source import model_path, resolve_device
 
@@ -63,10 +65,15 @@ SHARED_KEYS = (
 )
 
 
+def member_thread(index: int) -> str:
+    """The name of member `index`'s thread (a sweep routes its log records by it)."""
+    return f"packed-{index}"
+
+
 def check_packable(cfgs: list[DictConfig]) -> None:
     """ConfigError unless the trials can share one base model: the same model, LoRA rank and
-    targets, the torch sampler on a CPU, no LoRA dropout, and not the async pipeline (which
-    samples on a copy of its own)."""
+    targets, our backend in one process, the torch sampler on a CPU, no LoRA dropout, and not
+    the async pipeline (which samples on a copy of its own)."""
     first = cfgs[0]
     for cfg in cfgs[1:]:
         for key in SHARED_KEYS:
@@ -74,6 +81,8 @@ def check_packable(cfgs: list[DictConfig]) -> None:
                 raise ConfigError(f"{key}: packed trials must share it ({_get(first, key)!r})")
     if first.lora_rank == 0 or first.lora_dropout != 0:
         raise ConfigError("packed trials train LoRA adapters without dropout (lora_rank > 0)")
+    if first.backend.name != "ours" or first.backend.processes != 1:
+        raise ConfigError("packed trials train with backend=ours, in one process")
     if first.sampler.name != "torch" or first.pipeline == "async":
         raise ConfigError("packed trials sample with sampler=torch, pipeline sync or stream")
     if resolve_device(first.model.device).type != "cpu":
@@ -89,16 +98,15 @@ def _get(cfg: DictConfig, key: str) -> Any:
 
 @dataclass
 class Member:
-    """One trial of the pack: its config, reporter, thread and what it waits for."""
+    """One trial of the pack: what its thread runs, and what it waits for."""
 
     host: PackHost
     index: int
-    cfg: DictConfig
-    reporter: Reporter | None
+    body: Callable[[], Any]  # ends in a train() that finds its member (members.current_source)
     rng_state: torch.Tensor = field(default_factory=torch.get_rng_state)
     request: tuple | None = None
     reply: Any = None
-    result: TrainResult | BaseException | None = None
+    result: Any = None  # what body returned, or the exception that ended it
     done: bool = False
     go: threading.Event = field(default_factory=threading.Event)
 
@@ -117,12 +125,15 @@ class Member:
         self.go.wait()
         self.go.clear()
         torch.set_rng_state(self.rng_state)
+        serve_as(self)
         try:
             if self.host.stopping:  # the pack stopped before this member's first turn
-                raise RuntimeError("the pack stopped")
-            self.result = train(self.cfg, self.reporter, MemberSource(self))
+                raise _copy(self.host.stopping)
+            self.result = self.body()
         except BaseException as e:  # a pruned trial, a failure: it leaves the pack
             self.result = e
+            if isinstance(e, KeyboardInterrupt) and self.host.stopping is None:  # a signal
+                self.host.interrupted = e  # deferred to this thread: it stops the whole pack
         finally:
             self.done = True
             self.host.detach(self)
@@ -148,7 +159,13 @@ class PackHost:
         self.tokenizer = None
         self.eos: frozenset[int] = frozenset()
         self.back = threading.Event()
-        self.stopping = False  # set when the host itself fails: every member then ends
+        # Set when the host stops early (a signal, an error of its own): what each member
+        # still in the pack raises at its next request (an interrupt stays an interrupt, so
+        # a sweep trial records itself interrupted and is resumed from its last checkpoint).
+        self.stopping: BaseException | None = None
+        # A signal a member's thread raised (deferred there until its store call returned,
+        # records/database.py): the host raises it too, after that member's turn.
+        self.interrupted: KeyboardInterrupt | None = None
         self.forwards: dict[int, tuple[torch.Tensor, dict[int, tuple[int, int, int]]]] = {}
         self.next_forward = 0
 
@@ -194,20 +211,40 @@ class PackHost:
         member.go.clear()
 
     def _turn(self, member: Member) -> None:
-        """Let one member run until it asks for something or finishes."""
+        """Let one member run until it asks for something or finishes. A signal that stops
+        the host meanwhile waits for that turn's end, so the member is left at a request."""
         member.go.set()
-        self.back.wait()
-        self.back.clear()
+        try:
+            self.back.wait()
+        except BaseException:
+            self.back.wait()
+            raise
+        finally:
+            self.back.clear()
+        if self.interrupted is not None and self.stopping is None:
+            raise _copy(self.interrupted)
 
     def run(
         self, cfgs: list[DictConfig], reporters: list[Reporter | None] | None = None
     ) -> list[TrainResult | BaseException]:
         """Train every trial; each one's TrainResult, or the exception that ended it."""
         reporters = reporters or [None] * len(cfgs)
-        members = [
-            Member(self, i, c, r) for i, (c, r) in enumerate(zip(cfgs, reporters, strict=True))
+        return self.run_bodies(
+            [
+                functools.partial(_train_member, cfg, reporter)
+                for cfg, reporter in zip(cfgs, reporters, strict=True)
+            ]
+        )
+
+    def run_bodies(self, bodies: list[Callable[[], Any]]) -> list[Any]:
+        """Run each body in a member thread of its own, in turns: a body's train() (by way of
+        trainer.backends.train or train_packed) runs as a member of this pack. Each body's
+        return value, or the exception that ended it."""
+        members = [Member(self, i, body) for i, body in enumerate(bodies)]
+        threads = [
+            threading.Thread(target=m.main, name=member_thread(m.index), daemon=True)
+            for m in members
         ]
-        threads = [threading.Thread(target=m.main, name=f"packed-{m.index}") for m in members]
         for thread in threads:
             thread.start()
         state = torch.get_rng_state()
@@ -222,12 +259,15 @@ class PackHost:
                 for member in waiting:
                     self._turn(member)
                 self._drop_orphans(members)
+        except BaseException as e:
+            self.stopping = _copy(e) if isinstance(e, KeyboardInterrupt) else None
+            raise
         finally:
             torch.set_rng_state(state)
-            self.stopping = True
+            self.stopping = self.stopping or RuntimeError("the pack stopped")
             for member in members:
-                if not member.done:  # an error of the host's own: end every member
-                    member.reply = RuntimeError("the pack stopped")
+                if not member.done:  # each one raises at its request, and records its end
+                    member.reply = _copy(self.stopping)
                     self._turn(member)
             for thread in threads:
                 thread.join()
@@ -333,6 +373,18 @@ HANDLERS = {
     "learner": PackHost._learner,
     "backward": PackHost._backward,
 }
+
+
+def _train_member(cfg: DictConfig, reporter: Reporter | None) -> TrainResult:
+    return train(cfg, reporter, current_source())
+
+
+def _copy(error: BaseException) -> BaseException:
+    """The same exception, new: each member raises its own (its traceback is its own)."""
+    try:
+        return type(error)(*error.args)
+    except TypeError:
+        return error
 
 
 def train_packed(

@@ -11,6 +11,7 @@ the evals, checkpoints) is the member's own, exactly the solo code.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol
@@ -98,3 +99,19 @@ class MemberSource:
 
     def sampler(self, policy: Policy, cfg: DictConfig) -> MemberSampler:
         return MemberSampler(self.member, policy, cfg)
+
+
+_serving = threading.local()  # the member a thread of the pack runs (host.py's Member.main)
+
+
+def serve_as(member: Member) -> None:
+    """This thread runs `member`: the train() it calls trains as that member."""
+    _serving.member = member
+
+
+def current_source() -> MemberSource | None:
+    """The policy source of the member this thread runs, or None outside a pack: how a sweep
+    job's ordinary code (sweeper/sweep/job.py, by way of trainer.backends.train) trains as a
+    member without being told."""
+    member = getattr(_serving, "member", None)
+    return MemberSource(member) if member is not None else None

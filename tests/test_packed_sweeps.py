@@ -1,0 +1,119 @@
+"""Packed sweeps (`hydra.sweeper.pack=K`, sweeper/sweep/packs.py) on the tiny model: real
+`python -m sweeper -m` runs with their MLflow and Optuna stores. A packed trial is the trial
+an unpacked sweep runs: its own MLflow run with the same curves, its own Optuna trial with the
+same reports and outcome; one a health rule prunes and one that fails leave the pack alone;
+SIGTERM stops every member and the same command resumes each from its own checkpoint."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import mlflow_uri, run_sweep, start_sweep, study_in
+from mlflow.tracking import MlflowClient
+
+from records.sweep import State, TrialAttr, replicates
+
+pytestmark = pytest.mark.slow
+
+SHAPE = ["max_steps=3", "eval_every=0", "batch_size=2", "group_size=2", "task.eval_size=8"]
+# The unpacked reference adds the adapter as PEFT's forward does, as the pack does
+# (tests/test_packed_trials.py says why the merged default differs in the last bits).
+SHAPE += ["sampler.merge_lora=false"]
+# lr=1e-3 completes; lr=3e-2 is pruned by this rule after step 2; lr=1e30 fails at step 1 on
+# its non-finite post-update KL (the rule reads lr only after step 2, so not it).
+BIG_LR = "{name: big_lr, metric: lr, check: above, bound: 0.01, warmup_steps: 2}"
+MIXED = ["lr=1e-3,3e-2,1e30", f"hydra.sweeper.health=[{BIG_LR}]", *SHAPE]
+FLOAT32 = {"rel": 1.3e-6, "abs": 1e-5}  # torch.testing's float32 tolerances
+
+
+def curves(cwd: Path) -> dict[float, tuple[str, dict[str, list]]]:
+    """Each trial's MLflow run by its lr: its status and every metric's (step, value)s."""
+    client = MlflowClient(mlflow_uri(cwd))
+    found = {}
+    for trial in study_in(cwd).trials:
+        run = client.get_run(trial.user_attrs[TrialAttr.MLFLOW_RUN_ID])
+        history = {
+            key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+            for key in run.data.metrics
+            if not key.startswith(("time/", "throughput/"))  # clocks differ, packed or not
+        }
+        found[trial.params["lr"]] = (run.info.status, history)
+    return found
+
+
+def outcomes(cwd: Path) -> dict[float, tuple]:
+    """Each trial by its lr: its state, value, reports to Optuna and its seed's record."""
+    found = {}
+    for t in study_in(cwd).trials:
+        (seed,) = replicates(t)
+        found[t.params["lr"]] = (t.state.name, t.value, t.intermediate_values, seed)
+    return found
+
+
+def test_a_packed_sweep_records_each_trial_as_the_unpacked_sweep_does(tmp_path):
+    solo, packed = tmp_path / "solo", tmp_path / "packed"
+    for cwd, pack in ((solo, 1), (packed, 3)):
+        cwd.mkdir()
+        done = run_sweep(cwd, *MIXED, f"hydra.sweeper.pack={pack}")
+        assert done.returncode == 0, done.stderr[-3000:]
+    ran, expected = outcomes(packed), outcomes(solo)
+    assert {lr: o[0] for lr, o in ran.items()} == {1e-3: "COMPLETE", 3e-2: "PRUNED", 1e30: "FAIL"}
+    for lr, (state, value, reports, seed) in ran.items():
+        e_state, e_value, e_reports, e_seed = expected[lr]
+        assert (state, seed.state, seed.steps_run) == (e_state, e_seed.state, e_seed.steps_run)
+        assert seed.reason == e_seed.reason and seed.breach == e_seed.breach
+        assert value == pytest.approx(e_value, **FLOAT32) if value is not None else e_value is None
+        assert reports.keys() == e_reports.keys()
+        assert list(reports.values()) == pytest.approx(list(e_reports.values()), **FLOAT32)
+    assert "big_lr" in ran[3e-2][3].reason and "NonFiniteError" in ran[1e30][3].reason
+    assert len({o[3].run_id for o in ran.values()}) == 3  # one MLflow run per trial
+    runs, e_runs = curves(packed), curves(solo)
+    for lr, (status, history) in runs.items():
+        e_status, e_history = e_runs[lr]
+        assert status == e_status and history.keys() == e_history.keys()
+        for key, points in history.items():
+            assert [s for s, _ in points] == [s for s, _ in e_history[key]], key
+            values, e_values = [v for _, v in points], [v for _, v in e_history[key]]
+            assert values == pytest.approx(e_values, nan_ok=True, **FLOAT32), (lr, key)
+    for trial in study_in(packed).trials:  # each member logs to its own job's file
+        (log,) = (packed / "multirun").glob(f"*/*/t{trial.number}/*.log")
+        text = log.read_text()
+        assert "packing t0, t1, t2 on one base model" in text
+        assert text.count("Training 3 steps") == 1 and f"lr={trial.params['lr']:g}," in text
+
+
+# Signalled once both members saved step 2: 6 steps to go, so the signal lands mid-training.
+RESUMED = ["lr=1e-3,2e-3", *SHAPE[1:], "max_steps=8", "save_every=2", "hydra.sweeper.pack=2"]
+RESUMED += ["hydra.sweeper.health=[]"]  # about the signal: no trial may stop on its own
+
+
+def test_sigterm_stops_every_member_and_the_same_command_resumes_each(tmp_path):
+    sweep = start_sweep(tmp_path, *RESUMED, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("multirun/*/*/t*/checkpoints/step_000002/state.json"))) < 2:
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the pack saved no step-2 checkpoints"
+        time.sleep(0.1)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=60)
+    assert "interrupted (SIGTERM)" in stderr and "resume with the same command" in stderr
+    stopped = [t for t in study_in(tmp_path).trials if t.state.name == "FAIL"]
+    assert len(stopped) == 2  # both members; their points are queued again
+    for trial in stopped:  # each member recorded its own interruption
+        (seed,) = replicates(trial)
+        assert (seed.state, seed.reason) == (State.FAIL, "interrupted"), trial.number
+    done = run_sweep(tmp_path, *RESUMED)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(mlflow_uri(tmp_path))
+    retries = [t for t in study_in(tmp_path).trials if TrialAttr.RETRY_OF in t.user_attrs]
+    assert sorted(t.params["lr"] for t in retries) == [1e-3, 2e-3]
+    for retry in retries:
+        (seed,) = replicates(retry)
+        assert seed.state == State.COMPLETE and seed.steps_run == 8
+        assert seed.resumed_from_step is not None and seed.resumed_from_step >= 2
+        steps = {m.step for m in client.get_metric_history(seed.run_id, "reward/mean")}
+        assert steps == set(range(1, 9))  # the interrupted run, continued
