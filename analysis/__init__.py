@@ -17,6 +17,7 @@ Modules, one job each (the records and stores they read are records/'s):
   sweep_job   the sweep job's config: the training schema plus the binding to its trial
   curve_labels  what became of a run, from its whole curve: learning, collapsed, hacked, ...
   rule_replay   health rules replayed on finished runs: prunes, catches, false prunes, delay
+  proportions   a share of runs with its 95% interval: Wilson's, or clustered by seed or replay
   experiment_rules  the rules over an MLflow experiment's runs (TRL's too): the stops, steps saved
 
 `__main__` is `python -m analysis {report,best,compare,rules}`.

@@ -142,3 +142,38 @@ def test_the_first_step_equals_the_default_solo_run_to_float32_rounding(
         for step in a:
             for name, value in a[step].items():
                 assert b[step][name] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, step)
+
+
+@pytest.mark.slow
+def test_learner_pieces_share_one_budget_and_each_member_trains_as_alone(
+    tmp_path, composed, new_recorder, monkeypatch
+):
+    """With a learner budget that splits a minibatch, the members cut their pieces as their
+    solo runs do, and the pack runs together only pieces that fit one budget (so its forward
+    holds a solo run's activations): each member's numbers are still its solo run's."""
+    from trainer.model.micro_batches import piece_tokens
+    from trainer.packed import host
+
+    budget = ["learner_batch_tokens=80", "sampler.merge_lora=false"]
+    rounds: list[list[int]] = []  # each learner forward: its pieces' tokens
+    learner = host.HANDLERS["learner"]
+
+    def counted(self, key, group, payloads):
+        widths = [(b, r, b.completion_ids_NT.shape[1]) for b, r, _ in payloads]
+        rounds.append(
+            [piece_tokens(r, b.prompt_of_N, b.prompt_mask_DS.sum(-1), w) for b, r, w in widths]
+        )
+        return learner(self, key, group, payloads)
+
+    monkeypatch.setitem(host.HANDLERS, "learner", counted)
+    cfgs = [
+        composed(*SHAPE, *budget, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:2])
+    ]
+    recorders = [new_recorder() for _ in cfgs]
+    results = train_packed(cfgs, recorders)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert max(sum(r) for r in rounds) <= 80 < sum(map(sum, rounds)), rounds  # split, bounded
+    for i, member in enumerate(MEMBERS[:2]):
+        solo, cfg = new_recorder(), composed(*SHAPE, *budget, *member, root=tmp_path / f"s{i}")
+        train(cfg, solo)
+        assert_same_run(solo, recorders[i], cfg.output_dir, cfgs[i].output_dir)

@@ -87,3 +87,12 @@ def split_rows(
     if start < len(prompts_R):
         pieces.append(rows_R[start:])
     return pieces
+
+
+def piece_tokens(
+    rows_R: torch.Tensor, prompt_of_N: torch.Tensor, prompt_tokens_D: torch.Tensor, width: int
+) -> int:
+    """The tokens one piece's forward holds, as split_rows counts them: each distinct prompt's
+    tokens once, plus the completion width per rollout."""
+    prompts = prompt_of_N[rows_R].unique()
+    return int(prompt_tokens_D[prompts].sum()) + len(rows_R) * width

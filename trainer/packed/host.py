@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from trainer.base.errors import ConfigError
 from trainer.model.activation_checkpointing import enable_checkpointing
 from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.merged_lora import is_plain_lora
+from trainer.model.micro_batches import piece_tokens
 from trainer.model.rollout import eos_ids
 from trainer.model.token_batch import TokenBatch
 from trainer.packed.batches import concat
@@ -255,8 +257,7 @@ class PackHost:
                 waiting = [m for m in members if not m.done and m.request is not None]
                 if not waiting:
                     break
-                self._answer(waiting)
-                for member in waiting:
+                for member in self._answer(waiting):
                     self._turn(member)
                 self._drop_orphans(members)
         except BaseException as e:
@@ -279,12 +280,21 @@ class PackHost:
         live = {m.index for m in members if not m.done}
         self.forwards = {f: v for f, v in self.forwards.items() if live & set(v[1])}
 
-    def _answer(self, waiting: list[Member]) -> None:
-        """Each kind of request, batched over the members that made it, in member order."""
+    def _answer(self, waiting: list[Member]) -> list[Member]:
+        """Each kind of request, batched over the members that made it, in member order; the
+        members answered (a learner piece that does not fit this round waits for the next).
+        Backwards first: their graphs go before a new learner forward holds its own."""
         groups: dict[tuple, list[Member]] = defaultdict(list)
         for member in waiting:
             groups[member.request[0]].append(member)
-        for key, group in groups.items():
+        learners = [k for k in groups if k[0] == "learner"]
+        for key in learners[1:]:  # one learner forward a round (a temperature of its own waits)
+            del groups[key]
+        if learners:
+            groups[learners[0]] = _learner_round(groups[learners[0]])
+        answered = []
+        for key, group in sorted(groups.items(), key=lambda kv: kv[0][0] != "backward"):
+            answered += group
             payloads = [m.request[1] for m in group]
             for m in group:
                 m.request = None
@@ -294,6 +304,7 @@ class PackHost:
                 replies = [e] * len(group)
             for m, reply in zip(group, replies, strict=True):
                 m.reply = reply
+        return answered
 
     # --- the batched model calls ---
 
@@ -332,14 +343,14 @@ class PackHost:
         return [logp_NT[n0:n1, :width] for n0, n1, width in owners.values()]
 
     def _learner(self, key, group: list[Member], payloads) -> list:
-        parts = [batch.select(rows.to(batch.prompt_of_N.device)) for batch, rows in payloads]
+        parts = [batch.select(rows.to(batch.prompt_of_N.device)) for batch, rows, _ in payloads]
         with torch.enable_grad():
             (logp_NT, entropy_NT), owners = self._forward(group, parts, key[1], True, True)
         forward = self.next_forward
         self.next_forward += 1
         self.forwards[forward] = (logp_NT, owners)
         replies = []
-        for member, (_, rows) in zip(group, payloads, strict=True):
+        for member, (_, rows, _) in zip(group, payloads, strict=True):
             n0, n1, width = owners[member.index]
             logp = logp_NT[n0:n1, :width].detach().clone()
             replies.append((forward, [(rows, logp, entropy_NT[n0:n1, :width])]))
@@ -365,6 +376,24 @@ class PackHost:
         batch, by_rows, owners = concat(members, batches, self.tokenizer.pad_token_id)
         with self.packed.rows(Segments(by_rows, adapters_on)):
             return token_logprobs(self.model, batch, temperature, with_entropy), owners
+
+
+def _learner_round(group: list[Member]) -> list[Member]:
+    """The members whose learner pieces run together this round: in member order, while their
+    tokens fit one piece's budget (the least the members ask for), so the pack's forward holds
+    a solo run's activations; the first always runs."""
+    limit = min(m.request[1][2] or math.inf for m in group)
+    taken, used = [], 0
+    for member in group:
+        batch, rows, _ = member.request[1]
+        tokens = piece_tokens(
+            rows, batch.prompt_of_N, batch.prompt_mask_DS.sum(-1), batch.completion_ids_NT.shape[1]
+        )
+        if taken and used + tokens > limit:
+            break
+        taken.append(member)
+        used += tokens
+    return taken
 
 
 HANDLERS = {

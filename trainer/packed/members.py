@@ -44,21 +44,33 @@ class MemberPolicy(Policy):
     member: Member | None = None
 
     def logprobs(self, batch: TokenBatch, temperature: float, role: str) -> torch.Tensor:
-        return self.member.call(("logprobs", role, temperature), batch)
+        """In the solo run's micro-batches (each a request), so that each piece's rows are laid
+        out as alone: a group split across pieces packs its prompt otherwise."""
+        key, split = ("logprobs", role, temperature), getattr(self.passes, "micro_batches", None)
+        if split is None:
+            return self.member.call(key, batch)
+        rows = torch.arange(len(batch.prompt_of_N), device=batch.prompt_of_N.device)
+        return torch.cat([self.member.call(key, batch.select(p)) for p in split(batch, rows)])
 
     def learner_pieces(
         self, batch: TokenBatch, rows: torch.Tensor, temperature: float
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """The pack's learner forward hands each piece's log-probs over as a leaf; the loss's
-        backward stops there, and its gradient goes back into the pack's one backward."""
-        forward, pieces = self.member.call(("learner", temperature), (batch, rows))
-        leaves = []
-        for piece, logp_NT, entropy_NT in pieces:
+        """Each micro-batch of the rollouts, as the solo run cuts them, through the pack's
+        learner forward, handed over as a leaf: the loss's backward stops there, and its
+        gradient goes back into the pack's backward of that piece before the next piece is
+        asked for, so its activations go then. The host runs together only the members' pieces
+        that fit one piece's budget (host.py, `_learner_round`)."""
+        split = getattr(self.passes, "micro_batches", None)
+        budget = getattr(self.passes, "learner_batch_tokens", None)
+        for rows_of_piece in split(batch, rows) if split else [rows]:
+            call = (batch, rows_of_piece, budget)
+            forward, [(piece, logp_NT, entropy_NT)] = self.member.call(
+                ("learner", temperature), call
+            )
             leaf = logp_NT.requires_grad_()
             yield piece, leaf, entropy_NT
-            leaves.append(leaf)
-        grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in leaves]
-        self.member.call(("backward",), (forward, grads))
+            grad = torch.zeros_like(leaf) if leaf.grad is None else leaf.grad
+            self.member.call(("backward",), (forward, [grad]))
 
 
 class MemberSampler:

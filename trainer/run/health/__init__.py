@@ -1,6 +1,6 @@
 """Run health, split by job: rules (what a rule and a breach are, the defaults), settings
-(rules from their settings, checked), monitor
-(the rules checked after every step), replay (the rules on a recorded run)."""
+(rules from their settings, checked), monitor (the rules checked after every step), replay
+(the rules on a recorded run)."""
 
 from trainer.run.health.monitor import HealthMonitor, first_to_prune
 from trainer.run.health.replay import replay, warnings
