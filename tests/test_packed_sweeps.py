@@ -117,3 +117,22 @@ def test_sigterm_stops_every_member_and_the_same_command_resumes_each(tmp_path):
         assert seed.resumed_from_step is not None and seed.resumed_from_step >= 2
         steps = {m.step for m in client.get_metric_history(seed.run_id, "reward/mean")}
         assert steps == set(range(1, 9))  # the interrupted run, continued
+
+
+def test_racing_packs_its_seeds_and_each_seed_is_a_run_of_its_own(tmp_path):
+    """seeds=auto with pack=2: the race's seeds run as packed jobs (a seed it adds joins a
+    later pack), and each is recorded as an unpacked race records it."""
+    done = run_sweep(
+        tmp_path, "lr=1e-3,2e-3", *SHAPE, "hydra.sweeper.pack=2", "hydra.sweeper.seeds=auto"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = study_in(tmp_path).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    seeds = [s for t in trials for s in replicates(t)]
+    assert all(len(replicates(t)) >= 2 for t in trials)  # MIN_SEEDS each, raced
+    assert all(s.state == State.COMPLETE and s.steps_run == 3 for s in seeds)
+    assert len({s.run_id for s in seeds}) == len(seeds)  # one MLflow run per seed
+    packed = [
+        p for p in (tmp_path / "multirun").glob("*/*/t*-s*/*.log") if "packing" in p.read_text()
+    ]
+    assert len(packed) >= 2 * len(trials)  # the first MIN_SEEDS of each, at least, in packs
