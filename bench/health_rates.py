@@ -33,9 +33,12 @@ from trainer.run.health import HealthRule, default_rules
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARY = RESULTS / "curves"
-# Recorded after the rules were last frozen (commit "Health: learned_then_broke and the KL rule
-# wait for a second eval"), never looked at before: the held-out part. Tiny: odd seeds
-# 265-309 with an eval every step (so 1, 2, 5 and 10 replay exactly); SmolLM2: 32 steps.
+# Recorded after a freeze, never looked at before it: the held-out part. Tiny: odd seeds
+# 265-309 with an eval every step (so 1, 2, 5 and 10 replay exactly), recorded after the
+# freeze "Health: learned_then_broke and the KL rule wait for a second eval"; the KL rule's
+# later change (its fall on 2 evals, 2 early steps) was chosen on the calibration part alone.
+# SmolLM2: 32 steps, odd seeds from 17, recorded after that change ("Health: the KL rule's
+# guard waits for a fall on 2 evals"); the seeds 13 and 15 recorded before it calibrate now.
 AFTER_FREEZE = RESULTS / "curves_after_freeze"
 # The first recordings (bench/bench_health.py's format), all used to choose the rules before.
 LEGACY = {
@@ -119,6 +122,9 @@ def variants() -> dict[str, Callable[[str], list[HealthRule]]]:
         "post_update_kl rise -3 se": changed("post_update_kl", rise=-3.0),
         "post_update_kl no fall": changed("post_update_kl", guard_fall=None),
         "post_update_kl fall 3 se": changed("post_update_kl", guard_fall=3.0),
+        "post_update_kl fall on 1 eval": changed("post_update_kl", fall_evals=1),
+        "post_update_kl early 1 step": changed("post_update_kl", early_patience=1),
+        "post_update_kl early 3 steps": changed("post_update_kl", early_patience=3),
         "eval_collapse 0.1 absolute": changed(
             "eval_collapse", bound=0.1, unit="absolute", patience=1
         ),

@@ -259,7 +259,12 @@ def test_a_kl_breach_while_the_held_out_reward_climbs_is_kept_and_a_later_fall_i
     unguarded = [replace(post_update_kl()[0], guard=Guard.none)]
     assert replay(unguarded, run).step == 3
     run[10][EVAL] = 0.55
-    assert replay(post_update_kl(), run).step == 10
+    # one eval's fall opens nothing (SmolLM2 lr=2e-3 seed 13 was back at its best one eval
+    # after such a dip); the second in a row does
+    assert replay(post_update_kl(), run) is None
+    assert replay([replace(post_update_kl()[0], fall_evals=1)], run).step == 10
+    run[12][EVAL] = 0.55
+    assert replay(post_update_kl(), run).step == 12
     old = replace(post_update_kl()[0], rise=0.0, guard_unit="absolute", guard_fall=None)
     assert replay([old], run) is None
 
@@ -272,13 +277,18 @@ def test_before_any_held_out_eval_the_kl_rule_fires_only_far_above_its_bound():
     assert replay(post_update_kl(), collapse).step == 3
     learner = stream([0.171, 0.135, 0.391], [0.125, 0.594, 0.594], {0: 0.312})
     assert replay(post_update_kl(), learner) is None
-    # the streak counts below the early bound: the step that crosses it fires at once
-    crossing = stream([0.94, 0.75, 0.76, 0.4, 2.54], [0.1] * 5, {0: 0.31})
-    assert replay(post_update_kl(), crossing).step == 5
+    # the streak counts below the early bound; one step above it is not enough (SmolLM2
+    # lr=2e-3 seed 13's KL hovered about 2 for 6 steps, and it recovered to 0.83), the second
+    # in a row fires
+    hovering = stream([2.0, 4.5, 1.2, 1.4, 0.7, 2.5], [0.1] * 6, {0: 0.25})
+    assert replay(post_update_kl(), hovering) is None
+    assert replay([replace(post_update_kl()[0], early_patience=1)], hovering).step == 6
+    crossing = stream([0.94, 0.75, 0.76, 0.4, 2.54, 2.3], [0.1] * 6, {0: 0.31})
+    assert replay(post_update_kl(), crossing).step == 6
     assert EARLY_FACTOR * post_update_kl()[0].bound == pytest.approx(2.0)
     # an eval logged without its standard error cannot open a guard counted in them: the
     # KL alone decides, as before the first eval
-    no_se = stream([0.5, 0.5, 0.5, 2.5], [0.1] * 4, {0: 0.31, 2: 0.05})
+    no_se = stream([0.5, 0.5, 2.5, 2.5], [0.1] * 4, {0: 0.31, 2: 0.05})
     for step in no_se.values():
         step.pop(EVAL_SE, None)
     assert replay(post_update_kl(), no_se).step == 4

@@ -154,23 +154,35 @@ class HealthMonitor:
             spread = _spread(latest_se, self.baselines.get(stderr_of(metric)))
             margin = None if spread is None else rule.rise * spread
         if latest is None or baseline is None or margin is None:
-            return (
-                rule.bound is None
-                or not is_finite_number(value)
-                or value > EARLY_FACTOR * rule.bound
+            if rule.bound is None or not is_finite_number(value):
+                return True
+            latest = self._latest(rule.metric, value, rule.early_patience)
+            return len(latest) == rule.early_patience and all(
+                v > EARLY_FACTOR * rule.bound for v in latest
             )
         return latest <= baseline + margin or self._fell(rule, now)
 
     def _fell(self, rule: HealthRule, now: Mapping[str, float]) -> bool:
-        """Whether the guard metric's value this step is more than `guard_fall` standard
-        errors below its best."""
+        """Whether the guard metric's value this step, and its `fall_evals - 1` values before,
+        are each more than `guard_fall` standard errors below its best."""
         metric = rule.guard_metric
         value = now.get(metric)
         if rule.guard_fall is None or not is_finite_number(value):
             return False  # judged on the steps the guard metric is logged
+        values = self._latest(metric, value, rule.fall_evals)
+        stderrs = self._latest(stderr_of(metric), now.get(stderr_of(metric)), rule.fall_evals)
+        if len(values) < rule.fall_evals or len(stderrs) < rule.fall_evals:
+            return False
         peak = max(value, self.peaks.get(metric, value))
-        spread = _spread(now.get(stderr_of(metric)), self.peak_stderrs.get(metric))
-        return spread is not None and peak - value > rule.guard_fall * spread
+        spreads = [_spread(se, self.peak_stderrs.get(metric)) for se in stderrs]
+        return all(
+            spread is not None and peak - v > rule.guard_fall * spread
+            for v, spread in zip(values, spreads, strict=True)
+        )
+
+    def _latest(self, metric: str, now: Any, count: int) -> list[Any]:
+        """The metric's last `count` values, this step's (`now`) the last."""
+        return [*self.recent.get(metric, []), now][-count:]
 
     def _holds(self, rule: HealthRule, value: float, now: Mapping[str, float]) -> bool | None:
         """Whether the check holds; None when it cannot be judged this step."""

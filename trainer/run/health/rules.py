@@ -90,6 +90,10 @@ class HealthRule:
     guard_fall: float | None = None  # not_improved also opens once the guard metric's latest
     # value is this many standard errors below its best: a rise earlier in the run shields
     # nothing after a break
+    fall_evals: int = 1  # ... on this many of its values in a row (one noisy eval opens none)
+    early_patience: int = 1  # before the guard metric has a value after its baseline: this many
+    # of the metric's latest values in a row above EARLY_FACTOR x the bound (at most
+    # GUARD_WINDOW)
 
     def __post_init__(self) -> None:  # "above" as well as Check.above
         for name, kind in KINDS.items():
@@ -192,10 +196,20 @@ WORDS = {
 #   high): 20 pruned (1.2%), broken runs missed 7 -> 9 of 807; at eval_every=10 4 pruned
 #   (was 11), 35 missed of 810 (was 33). Waiting 4 KL steps instead pruned fewer (1.0%) but
 #   let SmolLM2's 3-step KL spikes through: its collapses went on to eval_collapse, later.
+# - SmolLM2's held-out runs after that freeze (now calibration, 30 runs) had 2 false prunes at
+#   eval_every=2 and 3 at 10, all at lr 2e-3-3e-3, where the KL runs 0.5-17 a step whether a
+#   run recovers or breaks. One eval 4 standard errors below the best opened the guard on a run
+#   that was back at 0.83 one eval later (lr=2e-3 seed 13); before the first eval, one KL step
+#   above 10 x pruned runs whose KL hovered around it. Now the fall must show on 2 evals in a
+#   row, and the early gate needs 2 KL steps in a row above 10 x: SmolLM2 0 false prunes, 0
+#   misses at both cadences; tiny unchanged at every 2 (20 pruned, 9 missed), 35 -> 36 missed
+#   of 810 at every 10.
 POST_UPDATE_KL_FACTOR = 20
 POST_UPDATE_KL_PATIENCE = 3
 POST_UPDATE_KL_RISE = -2.5  # standard errors above the baseline (below: negative)
 POST_UPDATE_KL_FALL = 4.0  # standard errors below its best: a rise earlier shields no break
+POST_UPDATE_KL_FALL_EVALS = 2  # ... on this many evals in a row
+POST_UPDATE_KL_EARLY_PATIENCE = 2  # KL steps in a row above EARLY_FACTOR x before any eval
 COLLAPSE_STDERRS = 3.0
 BROKE_STDERRS = 3.0
 # How far its best must have risen above the baseline for a run to have learned: 2 standard
@@ -235,6 +249,8 @@ def default_rules(
             rise=POST_UPDATE_KL_RISE,
             guard_unit=Unit.stderr,
             guard_fall=POST_UPDATE_KL_FALL,
+            fall_evals=POST_UPDATE_KL_FALL_EVALS,
+            early_patience=POST_UPDATE_KL_EARLY_PATIENCE,
         ),
         HealthRule(
             "sampler_kl",

@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from records.metrics import is_finite_number
-from trainer.run.health.rules import Action, Check, Guard, HealthRule, Unit
+from trainer.run.health.rules import GUARD_WINDOW, Action, Check, Guard, HealthRule, Unit
 
 
 def rules_from_settings(
@@ -55,8 +55,14 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
         value = item.get(key)
         if value is not None and not is_finite_number(value):
             raise ValueError(f"{where}.{key}={value!r}: must be a finite number")
-    for key, low in (("patience", 1), ("warmup_steps", 0)):
+    for key, low, high in (
+        ("patience", 1, None),
+        ("warmup_steps", 0, None),
+        ("fall_evals", 1, GUARD_WINDOW),
+        ("early_patience", 1, GUARD_WINDOW),
+    ):
         value = item.get(key, low)
-        if not isinstance(value, int) or value < low:
-            raise ValueError(f"{where}.{key}={value!r}: must be an integer >= {low}")
+        if not isinstance(value, int) or value < low or (high is not None and value > high):
+            rule = f">= {low}" if high is None else f"from {low} to {high}"
+            raise ValueError(f"{where}.{key}={value!r}: must be an integer {rule}")
     return HealthRule(**item)
