@@ -19,6 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from trainer.model.token_batch import TokenBatch
+from trainer.packed.batches import learner_round
 from trainer.packed.host import train_packed
 from trainer.run.train import train
 
@@ -177,3 +179,23 @@ def test_learner_pieces_share_one_budget_and_each_member_trains_as_alone(
         solo, cfg = new_recorder(), composed(*SHAPE, *budget, *member, root=tmp_path / f"s{i}")
         train(cfg, solo)
         assert_same_run(solo, recorders[i], cfg.output_dir, cfgs[i].output_dir)
+
+
+def test_a_learner_round_takes_pieces_in_member_order_while_they_fit_the_least_budget():
+    """Hand-made pieces: 2 prompts of 3 and 5 tokens; a piece's tokens are its distinct
+    prompts' tokens once plus the completion width (4) per rollout."""
+    batch = TokenBatch(
+        torch.zeros(2, 5, dtype=torch.long),
+        torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]),
+        torch.tensor([0, 0, 1, 1]),
+        torch.zeros(4, 4, dtype=torch.long),
+        torch.ones(4, 4),
+        torch.zeros(4, 4),
+        torch.ones(4, dtype=torch.bool),
+    )
+    first_prompt = (batch, torch.tensor([0, 1]), 40)  # 3 + 2 x 4 = 11 tokens
+    both_prompts = (batch, torch.tensor([1, 2]), None)  # 3 + 5 + 2 x 4 = 16 tokens
+    assert learner_round([first_prompt, both_prompts, first_prompt]) == 3  # 38 <= 40
+    assert learner_round([first_prompt, both_prompts, both_prompts]) == 2  # 43 > 40
+    assert learner_round([(batch, torch.tensor([1, 2]), 10), first_prompt]) == 1  # the first runs
+    assert learner_round([both_prompts, both_prompts]) == 2  # no budget: no limit

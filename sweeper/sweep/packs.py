@@ -69,7 +69,7 @@ def launch(
 def packable_groups(configs: list[DictConfig]) -> list[list[int]]:
     """The jobs' indices in packs: each job joins the first pack it can share a model with, in
     order; one that can share it with none runs alone."""
-    from trainer.packed.host import check_packable
+    from trainer.packed.packable import check_packable
 
     groups: list[list[int]] = []
     for i, cfg in enumerate(configs):

@@ -11,8 +11,9 @@ the sweep's whole job in its thread, and its train() finds its member (members.c
 
 Modules, bottom to top:
 
+  packable      which trials can share one base model and batch shape
   grouped_lora  one base model, K adapters: the base product once, each member's low-rank delta
-  batches       several members' TokenBatches as one, member-major
+  batches       several members' TokenBatches as one, member-major; which learner pieces fit
   decode        one KV-cached decode over every member's prompts, each drawing from its own generator
   members       what a member's own train() sees: its policy and sampler, asking the host
   host          the members' threads in turns, and the batched model calls that answer them

@@ -9,8 +9,11 @@ would alone, up to float rounding.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from trainer.model.micro_batches import piece_tokens
 from trainer.model.token_batch import TokenBatch
 
 
@@ -48,3 +51,20 @@ def _pad_left(x: torch.Tensor, width: int, value) -> torch.Tensor:
 
 def _pad_right(x: torch.Tensor, width: int, value) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+
+def learner_round(requests: list[tuple[TokenBatch, torch.Tensor, int | None]]) -> int:
+    """How many of the members' learner pieces (batch, rows, token budget), in member order,
+    run together this round: while their tokens fit one piece's budget (the least the members
+    ask for; None: no limit), so the pack's forward holds a solo run's activations. The first
+    always runs."""
+    limit = min(budget or math.inf for _, _, budget in requests)
+    taken = used = 0
+    for batch, rows, _ in requests:
+        tokens = piece_tokens(
+            rows, batch.prompt_of_N, batch.prompt_mask_DS.sum(-1), batch.completion_ids_NT.shape[1]
+        )
+        if taken and used + tokens > limit:
+            break
+        taken, used = taken + 1, used + tokens
+    return taken

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -40,62 +39,22 @@ from trainer.base.errors import ConfigError
 from trainer.model.activation_checkpointing import enable_checkpointing
 from trainer.model.fast_logprobs import token_logprobs
 from trainer.model.merged_lora import is_plain_lora
-from trainer.model.micro_batches import piece_tokens
 from trainer.model.rollout import eos_ids
 from trainer.model.token_batch import TokenBatch
-from trainer.packed.batches import concat
+from trainer.packed.batches import concat, learner_round
 from trainer.packed.decode import Chunk, chunks_of, decode_packed
 from trainer.packed.grouped_lora import PackedAdapters, Segments, install
 from trainer.packed.members import current_source, serve_as
+from trainer.packed.packable import check_packable
 from trainer.run.train import Reporter, TrainResult, train
-from trainer.sampling.model_source import model_path, resolve_device
+from trainer.sampling.model_source import model_path
 
 log = logging.getLogger(__name__)
-
-# Keys that must be equal for trials to share one base model and one batch shape.
-SHARED_KEYS = (
-    "model.path",
-    "model.dtype",
-    "model.device",
-    "model.tiny",
-    "lora_rank",
-    "lora_target_modules",
-    "lora_dropout",
-    "gradient_checkpointing",
-    "sampler.name",
-    "pipeline",
-)
 
 
 def member_thread(index: int) -> str:
     """The name of member `index`'s thread (a sweep routes its log records by it)."""
     return f"packed-{index}"
-
-
-def check_packable(cfgs: list[DictConfig]) -> None:
-    """ConfigError unless the trials can share one base model: the same model, LoRA rank and
-    targets, our backend in one process, the torch sampler on a CPU, no LoRA dropout, and not
-    the async pipeline (which samples on a copy of its own)."""
-    first = cfgs[0]
-    for cfg in cfgs[1:]:
-        for key in SHARED_KEYS:
-            if _get(cfg, key) != _get(first, key):
-                raise ConfigError(f"{key}: packed trials must share it ({_get(first, key)!r})")
-    if first.lora_rank == 0 or first.lora_dropout != 0:
-        raise ConfigError("packed trials train LoRA adapters without dropout (lora_rank > 0)")
-    if first.backend.name != "ours" or first.backend.processes != 1:
-        raise ConfigError("packed trials train with backend=ours, in one process")
-    if first.sampler.name != "torch" or first.pipeline == "async":
-        raise ConfigError("packed trials sample with sampler=torch, pipeline sync or stream")
-    if resolve_device(first.model.device).type != "cpu":
-        raise ConfigError("packed trials run on a CPU for now (their generators are CPU ones)")
-
-
-def _get(cfg: DictConfig, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        node = node[part]
-    return node
 
 
 @dataclass
@@ -291,7 +250,8 @@ class PackHost:
         for key in learners[1:]:  # one learner forward a round (a temperature of its own waits)
             del groups[key]
         if learners:
-            groups[learners[0]] = _learner_round(groups[learners[0]])
+            group = groups[learners[0]]
+            groups[learners[0]] = group[: learner_round([m.request[1] for m in group])]
         answered = []
         for key, group in sorted(groups.items(), key=lambda kv: kv[0][0] != "backward"):
             answered += group
@@ -376,24 +336,6 @@ class PackHost:
         batch, by_rows, owners = concat(members, batches, self.tokenizer.pad_token_id)
         with self.packed.rows(Segments(by_rows, adapters_on)):
             return token_logprobs(self.model, batch, temperature, with_entropy), owners
-
-
-def _learner_round(group: list[Member]) -> list[Member]:
-    """The members whose learner pieces run together this round: in member order, while their
-    tokens fit one piece's budget (the least the members ask for), so the pack's forward holds
-    a solo run's activations; the first always runs."""
-    limit = min(m.request[1][2] or math.inf for m in group)
-    taken, used = [], 0
-    for member in group:
-        batch, rows, _ = member.request[1]
-        tokens = piece_tokens(
-            rows, batch.prompt_of_N, batch.prompt_mask_DS.sum(-1), batch.completion_ids_NT.shape[1]
-        )
-        if taken and used + tokens > limit:
-            break
-        taken.append(member)
-        used += tokens
-    return taken
 
 
 HANDLERS = {

@@ -59,7 +59,7 @@ class MemberPolicy(Policy):
         learner forward, handed over as a leaf: the loss's backward stops there, and its
         gradient goes back into the pack's backward of that piece before the next piece is
         asked for, so its activations go then. The host runs together only the members' pieces
-        that fit one piece's budget (host.py, `_learner_round`)."""
+        that fit one piece's budget (batches.py, `learner_round`)."""
         split = getattr(self.passes, "micro_batches", None)
         budget = getattr(self.passes, "learner_batch_tokens", None)
         for rows_of_piece in split(batch, rows) if split else [rows]:
