@@ -2,9 +2,11 @@
 
     python bench/bench_packed.py --rounds 3 --note "shared host"   # bench/results/packed.json
 
-For each K in --ks, two arms: `solo` trains K trials one after another (trainer.run.train), each
-alone on the model; `packed` trains the same K trials at once on one base model
-(trainer.packed.host.train_packed). The trials differ by seed and lr, as a sweep's do. Each arm
+For each K in --ks, three arms: `solo` trains K trials one after another (trainer.run.train),
+each alone on the model; `packed` trains the same K trials at once on one base model
+(trainer.packed.host.train_packed); `processes` trains them at once in K processes of their
+own (--threads each), started together once every one has loaded (the wall time runs from
+that start to the last one's end; the CPU time is theirs summed). The trials differ by seed and lr, as a sweep's do. Each arm
 runs in a fresh process (`--child`), which times only the training calls (model load and the
 baseline and final evals included, the interpreter's start-up and imports not). Arms alternate
 within each round, their order swapped every round (A B, B A, ...). Two shapes: the default
@@ -37,10 +39,11 @@ SHAPES = {  # each trial: STEPS steps, the baseline and final evals
     # SmolLM2-135M-Instruct (tests/real_model.py builds it), bench/THREADS.md's shape
     "smollm2": ["batch_size=4", "group_size=4", "max_tokens=16", "task.eval_size=16"],
 }
+ARMS = ("solo", "packed", "processes")
 LRS = ["1e-3", "2e-3", "3e-3", "5e-3", "7e-3", "1e-2", "1.5e-3", "4e-3"]
 
 
-def child(arm: str, k: int, shape: str, threads: int) -> dict:
+def child(arm: str, k: int, shape: str, threads: int, only: int | None = None) -> dict:
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -64,8 +67,12 @@ def child(arm: str, k: int, shape: str, threads: int) -> dict:
             )
             for i in range(k)
         ]
+        if only is not None:  # one of the `processes` arm's: wait for the others to load
+            cfgs = [cfgs[only]]
+            print("ready", flush=True)
+            sys.stdin.readline()
         start, cpu = time.perf_counter(), time.process_time()
-        if arm == "solo":
+        if arm in ("solo", "one"):
             for cfg in cfgs:
                 train(cfg)
         else:
@@ -91,12 +98,48 @@ def run_child(arm: str, k: int, shape: str, threads: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def run_processes(k: int, shape: str, threads: int) -> dict:
+    """K trials at once, a process each, started together once all have loaded."""
+    command = [sys.executable, __file__, "--child", "one", "--k", str(k), "--shape", shape]
+    command += ["--threads", str(threads), "--steps", str(STEPS)]
+    children = [
+        subprocess.Popen(
+            [*command, "--only", str(i)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        for i in range(k)
+    ]
+    for one in children:  # each says it has loaded: then all start at once
+        if one.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"processes K={k}: a child ended before it loaded")
+    start = time.perf_counter()
+    for one in children:
+        one.stdin.write("go\n")
+        one.stdin.flush()
+    outs = [json.loads(one.communicate()[0].strip().splitlines()[-1]) for one in children]
+    seconds = time.perf_counter() - start
+    if any(one.returncode for one in children):
+        raise RuntimeError(f"processes K={k}: a child failed")
+    cpu = sum(o["cpu_seconds"] for o in outs)
+    return {
+        **{"arm": "processes", "k": k, "shape": shape, "seconds": seconds, "cpu_seconds": cpu},
+        "trial_steps_per_s": k * STEPS / seconds,
+        "trial_steps_per_cpu_s": k * STEPS / cpu,
+        "peak_rss_mib": sum(o["peak_rss_mib"] for o in outs),  # the K processes' together
+    }
+
+
 def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def summary(runs: list[dict], shapes: list[str], ks: list[int]) -> dict:
-    """Per shape and K: each arm's rates (wall and CPU) and packed / solo, paired by round."""
+    """Per shape and K: each arm's rates (wall and CPU), and packed / solo and processes /
+    solo, paired by round."""
     out: dict = {}
     for shape in shapes:
         for k in ks:
@@ -106,10 +149,13 @@ def summary(runs: list[dict], shapes: list[str], ks: list[int]) -> dict:
                     arm: [
                         r[rate] for r in runs if (r["shape"], r["k"], r["arm"]) == (shape, k, arm)
                     ]
-                    for arm in ("solo", "packed")
+                    for arm in ARMS
                 }
-                ratios = [p / s for p, s in zip(by_arm["packed"], by_arm["solo"], strict=True)]
-                cell[rate] = {**{a: spread(v) for a, v in by_arm.items()}, "ratio": spread(ratios)}
+                cell[rate] = {a: spread(v) for a, v in by_arm.items() if v}
+                for arm in ("packed", "processes"):
+                    if by_arm[arm]:
+                        ratios = [a / s for a, s in zip(by_arm[arm], by_arm["solo"], strict=True)]
+                        cell[rate][f"{arm} / solo"] = spread(ratios)
             out[f"{shape} K={k}"] = cell
     return out
 
@@ -124,21 +170,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help="training steps per trial")
     parser.add_argument("--out", default=str(RESULTS / "packed.json"))
     parser.add_argument("--note", default="", help="how the host was used beside the bench")
-    parser.add_argument("--child", choices=["solo", "packed"], help=argparse.SUPPRESS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--child", choices=["solo", "packed", "one"], help=argparse.SUPPRESS)
     parser.add_argument("--k", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--only", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--shape", choices=list(SHAPES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     STEPS = args.steps
     if args.child:
-        print(json.dumps(child(args.child, args.k, args.shape, args.threads)))
+        print(json.dumps(child(args.child, args.k, args.shape, args.threads, args.only)))
         return
     runs = []
     for round_ in range(args.rounds):
         for shape in args.shapes:
             for k in args.ks:
-                arms = ["solo", "packed"] if round_ % 2 == 0 else ["packed", "solo"]
+                arms = args.arms if round_ % 2 == 0 else args.arms[::-1]
                 for arm in arms:
-                    runs.append({**run_child(arm, k, shape, args.threads), "round": round_})
+                    if arm == "processes":
+                        run = run_processes(k, shape, args.threads)
+                    else:
+                        run = run_child(arm, k, shape, args.threads)
+                    runs.append({**run, "round": round_})
                     print(json.dumps(runs[-1]), flush=True)
     result = {
         "machine": machine(args.note),
