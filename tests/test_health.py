@@ -112,6 +112,8 @@ def test_settings_fill_defaults_and_refuse_bad_rules_in_one_line():
         ({"name": "x", "metric": "m", "patience": 0}, "health[0].patience=0: must be an integer >= 1"),
         ({"name": "x", "metric": ""}, "health[0].metric='': must be a non-empty string"),
         ({"name": "x", "metric": "m", "bnd": 1}, "health[0].bnd: unknown field"),
+        ({"name": "x", "metric": "m", "fall_evals": 4},
+         "health[0].fall_evals=4: must be an integer from 1 to 3"),
     ]  # fmt: skip
     for item, message in bad:
         with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

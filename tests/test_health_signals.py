@@ -170,8 +170,8 @@ def test_trls_callback_saves_the_monitor_beside_the_checkpoint_and_restores_it(t
     control = SimpleNamespace(should_training_stop=False, should_save=True)
     first = Reporting(cfg, None, None, lambda post: {}, False)
     first.report(0, {metrics.EVAL_REWARD: 0.3}, control)
-    for step in (1, 2):
-        first.report(step, {metrics.KL_PRE_POST_V2: 0.5, metrics.ENTROPY: 1.0}, control)
+    for step, kl in ((1, 0.5), (2, 2.4)):
+        first.report(step, {metrics.KL_PRE_POST_V2: kl, metrics.ENTROPY: 1.0}, control)
     (tmp_path / "checkpoint-2").mkdir()
     args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2)
     state.is_world_process_zero = True
@@ -182,8 +182,8 @@ def test_trls_callback_saves_the_monitor_beside_the_checkpoint_and_restores_it(t
     resumed = Reporting(cfg, None, None, lambda post: {}, True)
     resumed.restore(tmp_path / "checkpoint-2")
     assert resumed.health.monitor.state() == first.health.monitor.state()
-    # the next KL breach (far above the bound: no held-out eval yet) is the rule's third in a
-    # row, as in the run never stopped
+    # the next KL breach (far above the bound, the second such in a row: no held-out eval
+    # yet) is the rule's third in a row, as in the run never stopped
     fired = resumed.health.monitor.breaches(3, {metrics.KL_PRE_POST_V2: 2.5})
     assert [b.rule for b in fired] == ["post_update_kl"]
 
