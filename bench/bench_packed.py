@@ -6,7 +6,7 @@ For each K in --ks, three arms: `solo` trains K trials one after another (traine
 each alone on the model; `packed` trains the same K trials at once on one base model
 (trainer.packed.host.train_packed); `processes` trains them at once in K processes of their
 own (--threads each), started together once every one has loaded (the wall time runs from
-that start to the last one's end; the CPU time is theirs summed). The trials differ by seed and lr, as a sweep's do. Each arm
+that start to the end of the last one's training; the CPU time is theirs summed). The trials differ by seed and lr, as a sweep's do. Each arm
 runs in a fresh process (`--child`), which times only the training calls (model load and the
 baseline and final evals included, the interpreter's start-up and imports not). Arms alternate
 within each round, their order swapped every round (A B, B A, ...). Two shapes: the default
@@ -81,6 +81,7 @@ def child(arm: str, k: int, shape: str, threads: int, only: int | None = None) -
                 raise failed[0]
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
+        "ended_at": time.time(),  # the `processes` arm's wall time ends at its last child's
         **{"arm": arm, "k": k, "shape": shape, "seconds": seconds, "cpu_seconds": cpu},
         "trial_steps_per_s": k * STEPS / seconds,
         "trial_steps_per_cpu_s": k * STEPS / cpu,
@@ -116,12 +117,12 @@ def run_processes(k: int, shape: str, threads: int) -> dict:
     for one in children:  # each says it has loaded: then all start at once
         if one.stdout.readline().strip() != "ready":
             raise RuntimeError(f"processes K={k}: a child ended before it loaded")
-    start = time.perf_counter()
+    start = time.time()
     for one in children:
         one.stdin.write("go\n")
         one.stdin.flush()
     outs = [json.loads(one.communicate()[0].strip().splitlines()[-1]) for one in children]
-    seconds = time.perf_counter() - start
+    seconds = max(o["ended_at"] for o in outs) - start  # not their exits' teardown
     if any(one.returncode for one in children):
         raise RuntimeError(f"processes K={k}: a child failed")
     cpu = sum(o["cpu_seconds"] for o in outs)
