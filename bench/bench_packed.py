@@ -6,14 +6,15 @@ For each K in --ks, three arms: `solo` trains K trials one after another (traine
 each alone on the model; `packed` trains the same K trials at once on one base model
 (trainer.packed.host.train_packed); `processes` trains them at once in K processes of their
 own (--threads each), started together once every one has loaded (the wall time runs from
-that start to the end of the last one's training; the CPU time is theirs summed). The trials differ by seed and lr, as a sweep's do. Each arm
-runs in a fresh process (`--child`), which times only the training calls (model load and the
-baseline and final evals included, the interpreter's start-up and imports not). Arms alternate
-within each round, their order swapped every round (A B, B A, ...). Two shapes: the default
-batch (32 problems x 8 rollouts) and a small one (4 x 4). The figures: K x STEPS trial-steps
-over the arm's wall seconds, and over its CPU seconds (process time: steadier on a shared host,
-where wall time includes waiting for the CPU); the ratio packed / solo per round, then its
-median. Nothing asserts a timing; PACKED.md quotes the medians and spreads.
+that start to the end of the last one's training; the CPU time is theirs summed). The trials
+differ by seed and lr, as a sweep's do. Each arm runs in fresh processes (`--child`), which
+time only the training calls (model load and the baseline and final evals included, the
+interpreter's start-up and imports not). Arms alternate within each round, their order
+reversed every other round (A B C, C B A, ...). Shapes: the default batch (32 problems x 8
+rollouts), a small one (4 x 4), SmolLM2's. The figures: K x STEPS trial-steps over the arm's
+wall seconds, and over its CPU seconds (process time: steadier on a shared host, where wall
+time includes waiting for the CPU); packed / solo and processes / solo per round, then their
+medians. Nothing asserts a timing; PACKED.md quotes the medians and spreads.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def run_processes(k: int, shape: str, threads: int) -> dict:
             [*command, "--only", str(i)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # progress bars: an unread pipe would fill and block
             text=True,
             cwd=ROOT,
         )
@@ -154,7 +155,7 @@ def summary(runs: list[dict], shapes: list[str], ks: list[int]) -> dict:
                 }
                 cell[rate] = {a: spread(v) for a, v in by_arm.items() if v}
                 for arm in ("packed", "processes"):
-                    if by_arm[arm]:
+                    if by_arm[arm] and by_arm["solo"]:
                         ratios = [a / s for a, s in zip(by_arm[arm], by_arm["solo"], strict=True)]
                         cell[rate][f"{arm} / solo"] = spread(ratios)
             out[f"{shape} K={k}"] = cell

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from trainer.base.errors import ConfigError
 from trainer.sampling.model_source import resolve_device
@@ -31,8 +29,9 @@ def check_packable(cfgs: list[DictConfig]) -> None:
     first = cfgs[0]
     for cfg in cfgs[1:]:
         for key in SHARED_KEYS:
-            if _get(cfg, key) != _get(first, key):
-                raise ConfigError(f"{key}: packed trials must share it ({_get(first, key)!r})")
+            if OmegaConf.select(cfg, key) != OmegaConf.select(first, key):
+                shared = OmegaConf.select(first, key)
+                raise ConfigError(f"{key}: packed trials must share it ({shared!r})")
     if first.lora_rank == 0 or first.lora_dropout != 0:
         raise ConfigError("packed trials train LoRA adapters without dropout (lora_rank > 0)")
     if first.backend.name != "ours" or first.backend.processes != 1:
@@ -41,10 +40,3 @@ def check_packable(cfgs: list[DictConfig]) -> None:
         raise ConfigError("packed trials sample with sampler=torch, pipeline sync or stream")
     if resolve_device(first.model.device).type != "cpu":
         raise ConfigError("packed trials run on a CPU for now (their generators are CPU ones)")
-
-
-def _get(cfg: DictConfig, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        node = node[part]
-    return node

@@ -156,9 +156,9 @@ class HealthMonitor:
         if latest is None or baseline is None or margin is None:
             if rule.bound is None or not is_finite_number(value):
                 return True
-            latest = self._latest(rule.metric, value, rule.early_patience)
-            return len(latest) == rule.early_patience and all(
-                v > EARLY_FACTOR * rule.bound for v in latest
+            streak = self._latest(rule.metric, value, rule.early_patience)
+            return len(streak) == rule.early_patience and all(
+                v > EARLY_FACTOR * rule.bound for v in streak
             )
         return latest <= baseline + margin or self._fell(rule, now)
 
