@@ -120,8 +120,9 @@ def test_sigterm_stops_every_member_and_the_same_command_resumes_each(tmp_path):
 
 
 def test_racing_packs_its_seeds_and_each_seed_is_a_run_of_its_own(tmp_path):
-    """seeds=auto with pack=2: the race's seeds run as packed jobs (a seed it adds joins a
-    later pack), and each is recorded as an unpacked race records it."""
+    """seeds=auto with pack=2: the race's seeds run as packed jobs (a job queued meanwhile,
+    a seed the race adds among them, joins the running pack), and each is recorded as an
+    unpacked race records it."""
     done = run_sweep(
         tmp_path, "lr=1e-3,2e-3", *SHAPE, "hydra.sweeper.pack=2", "hydra.sweeper.seeds=auto"
     )
@@ -132,7 +133,33 @@ def test_racing_packs_its_seeds_and_each_seed_is_a_run_of_its_own(tmp_path):
     assert all(len(replicates(t)) >= 2 for t in trials)  # MIN_SEEDS each, raced
     assert all(s.state == State.COMPLETE and s.steps_run == 3 for s in seeds)
     assert len({s.run_id for s in seeds}) == len(seeds)  # one MLflow run per seed
-    packed = [
-        p for p in (tmp_path / "multirun").glob("*/*/t*-s*/*.log") if "packing" in p.read_text()
-    ]
+    logs = [p.read_text() for p in (tmp_path / "multirun").glob("*/*/t*-s*/*.log")]
+    packed = [text for text in logs if "packing" in text or "joins the pack" in text]
     assert len(packed) >= 2 * len(trials)  # the first MIN_SEEDS of each, at least, in packs
+
+
+# pack=2: t0 is pruned after step 2 while t1 trains on to step 6, and t2, queued, takes t0's slot.
+REFILLED = ["lr=3e-2,1e-3,2e-3", f"hydra.sweeper.health=[{BIG_LR}]", *SHAPE[1:], "max_steps=6"]
+
+
+def test_a_queued_job_takes_the_slot_of_a_pruned_member_while_the_pack_runs(tmp_path):
+    done = run_sweep(tmp_path, *REFILLED, "hydra.sweeper.pack=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = {t.number: t for t in study_in(tmp_path).trials}
+    states = {n: t.state.name for n, t in trials.items()}
+    assert states == {0: "PRUNED", 1: "COMPLETE", 2: "COMPLETE"}
+    client = MlflowClient(mlflow_uri(tmp_path))
+    seeds = {n: replicates(t)[0] for n, t in trials.items()}  # each trial's record
+    for n, seed in seeds.items():
+        assert seed.run_id == trials[n].user_attrs[TrialAttr.MLFLOW_RUN_ID], n
+    assert seeds[0].steps_run < 6 and "big_lr" in seeds[0].reason
+    assert seeds[1].steps_run == seeds[2].steps_run == 6
+    runs = {n: client.get_run(seed.run_id).info for n, seed in seeds.items()}  # one each
+    assert [runs[n].status for n in range(3)] == ["KILLED", "FINISHED", "FINISHED"]
+    # t2 started once t0 had ended and before t1, which it joined, ended
+    assert runs[0].end_time <= runs[2].start_time < runs[1].end_time
+    logs = {n: next((tmp_path / "multirun").glob(f"*/*/t{n}/*.log")).read_text() for n in trials}
+    assert all("packing t0, t1 on one base model" in logs[n] for n in (0, 1))
+    assert "t2 joins the pack at round" in logs[2] and "t2 joins the pack" in logs[1]
+    steps = {m.step for m in client.get_metric_history(runs[2].run_id, "reward/mean")}
+    assert steps == set(range(1, 7))  # it trained every step, in the pack and after t1 ended

@@ -15,6 +15,8 @@ pack's first step to the default solo run's and says so.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -122,6 +124,40 @@ def test_a_member_pruned_mid_pack_leaves_the_others_unchanged(
     results = train_packed(cfgs, reporters)
     assert isinstance(results[1], RuntimeError) and str(results[1]) == "pruned"
     assert max(recorders[1].steps) == 1
+    for i in (0, 2):
+        solo, solo_dir = solo_runs[i]
+        assert_same_run(solo, recorders[i], solo_dir, cfgs[i].output_dir)
+
+
+@pytest.mark.slow
+def test_a_member_that_joins_mid_pack_trains_as_alone_and_leaves_the_others_unchanged(
+    solo_runs, tmp_path, composed, new_recorder
+):
+    """A member pruned at step 1 gives its slot to a new one (a sweep's queued trial): the
+    newcomer's numbers are its solo run's, and so are those of the member it joined."""
+    from trainer.packed.host import PackHost
+    from trainer.packed.members import current_source
+
+    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
+    recorders = [new_recorder() for _ in cfgs]
+    reporters = [recorders[0], PruneAt(recorders[1], 1), recorders[2]]
+    bodies = [  # what train_packed runs: a train() that finds the member its thread runs
+        functools.partial(lambda c, r: train(c, r, current_source()), c, r)
+        for c, r in zip(cfgs, reporters, strict=True)
+    ]
+    joined = []  # (the member that ended, the first member's last step by then)
+
+    def more(member, result):
+        if member != 1:
+            return None
+        joined.append((member, max(recorders[0].steps)))
+        return bodies[2]
+
+    results = PackHost(cfgs).run_bodies(bodies[:2], more)
+    assert isinstance(results[1], RuntimeError) and str(results[1]) == "pruned", results
+    assert not [r for i, r in enumerate(results) if i != 1 and isinstance(r, BaseException)]
+    assert len(results) == 3 and [m for m, _ in joined] == [1]
+    assert joined[0][1] < 3  # it joined while member 0 trained on (max_steps=3)
     for i in (0, 2):
         solo, solo_dir = solo_runs[i]
         assert_same_run(solo, recorders[i], solo_dir, cfgs[i].output_dir)

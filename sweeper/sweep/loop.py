@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -59,7 +58,7 @@ from sweeper.study.heartbeat import Heartbeat
 from sweeper.sweep import packs, racing, terminator, trial_process
 from sweeper.sweep.devices import DevicePool
 from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
-from sweeper.sweep.signals import SignalInterrupt, end_child_processes, signals_interrupt
+from sweeper.sweep.signals import SignalInterrupt, end_child_processes, leave, signals_interrupt
 from sweeper.sweep.start import start_sweep
 from sweeper.sweep.tell import (
     close_runs_left_running,
@@ -111,7 +110,7 @@ class SweepRunner:
             end_child_processes()
             # Nothing more can be recorded: leave at once, so that no job thread still waiting
             # on the database speaks after this line (an orderly exit joins those threads).
-            _leave(f"error: {e}; resume with the same command once it is back")
+            leave(f"error: {e}; resume with the same command once it is back")
 
     def _sweep(self) -> list[JobReturn]:
         # Jobs run in the trial process when the command started one (trial_process.py).
@@ -197,9 +196,7 @@ class SweepRunner:
                 job = None
                 while len(running) < self.lanes and (job := self._next_job(study, pending)):
                     if inline:  # in this thread, so Ctrl-C and SIGTERM reach the training loop
-                        jobs = self._pack_of(job, study, pending)
-                        for job, ret in zip(jobs, self._launch(jobs), strict=True):
-                            self._job_ended(study, job, ret, pending)
+                        self._run_here(job, study, pending)
                         break
                     running[pool.submit(self._launch, [job])] = job
                 if running:
@@ -293,26 +290,41 @@ class SweepRunner:
             space=self.space,
         )
 
-    def _pack_of(self, job: Job, study: optuna.Study, pending: deque[Job]) -> list[Job]:
-        """`job` and the next ones, up to hydra.sweeper.pack, to run as one (packs.py). A
-        seed a race adds meanwhile runs in a later pack: its look needs these seeds' ends."""
+    def _run_here(self, job: Job, study: optuna.Study, pending: deque[Job]) -> None:
+        """`job` and the next ones, up to hydra.sweeper.pack, run in this thread as one
+        (packs.py); a pack member's end is processed as it ends, and the next job (a seed
+        its race adds, the next trial) takes its slot."""
+
+        def next_job() -> Job | None:  # as the loop's turn does
+            give_back_lost(study, self.s, self.name)
+            self._check_failures(study)
+            return self._next_job(study, pending)
+
         jobs = [job]
         while len(jobs) < self.s.pack and (more := self._next_job(study, pending)):
             jobs.append(more)
-        return jobs
+        ended = functools.partial(self._job_ended, study, pending=pending)
+        packs.run_refilled(jobs, self._launch, ended, next_job)
 
-    def _launch(self, jobs: list[Job]) -> list[JobReturn]:
-        """Their JobReturns: one job (in a lane's thread, or this one), or a pack (packs.py)."""
+    def _launch(self, jobs: list[Job], more=None) -> list[JobReturn]:
+        """Their JobReturns: one job (in a lane's thread, or this one), or a pack (packs.py)
+        and the jobs `more` adds to it."""
         with self.devices.lease() as device:
             on_device = [f"model.device={quote(device)}"] if device else []
             overrides = [job.overrides + on_device for job in jobs]
             numbers = [job.trial.number for job in jobs]
             args = (self.hydra_context, self.task_function, self.config, overrides, numbers)
+
+            def next_job(index: int, ret: JobReturn) -> tuple[list[str], int] | None:
+                job = more(index, ret)  # packs.launch's `more`: the Job's, on this device
+                return (job.overrides + on_device, job.trial.number) if job else None
+
+            refill = next_job if more else None
             try:
                 if self.in_trial_process:
-                    return trial_process.launch(*args)
+                    return trial_process.launch(*args, refill)
                 if len(jobs) > 1:
-                    return packs.launch(*args)
+                    return packs.launch(*args, refill)
                 return list(self.launcher.launch(overrides, initial_job_idx=numbers[0]))
             except Exception as e:  # the launcher itself failed (e.g. a worker process died)
                 if self.in_trial_process and not trial_process.usable(self.task_function):
@@ -387,13 +399,4 @@ class SweepRunner:
         self._say_progress(study)
         # Everything is recorded: leave without the interpreter's teardown, which collects
         # the model's garbage and, on a busy host, can outlast a preemption's grace period.
-        _leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")
-
-
-def _leave(message: str) -> None:
-    """The last line, to stderr, then exit(1) at once."""
-    print(message, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(1)
+        leave(f"interrupted ({what}): study {self.name!r} is saved; resume with the same command")

@@ -6,7 +6,10 @@ docs/glossary.md.)"""
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,3 +56,12 @@ def end_child_processes(grace_s: float = 5.0) -> None:
     _, alive = psutil.wait_procs(children, timeout=grace_s)
     for child in alive:
         child.kill()
+
+
+def leave(message: str) -> None:
+    """The last line, to stderr, then exit(1) at once."""
+    print(message, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(1)

@@ -25,6 +25,8 @@ import pickle
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -41,6 +43,15 @@ class Interrupted:
     """A job's reply when a signal stopped it: the signal's name ("" for Ctrl-C)."""
 
     signal: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A pack member's end, sent while the pack runs: the sweep answers with the job that
+    takes its slot (its overrides and id), or None (packs.launch's `more`)."""
+
+    member: int
+    job_return: Any
 
 
 @dataclass
@@ -113,9 +124,11 @@ def launch(
     config: Any,
     job_overrides: list[list[str]],
     job_ids: list[int],
+    more: Callable[[int, Any], Any] | None = None,
 ) -> list[Any]:
     """Jobs through the basic launcher in the trial process, one, or several as a pack
-    (sweeper/sweep/packs.py); their JobReturns.
+    (sweeper/sweep/packs.py); their JobReturns. `more` is packs.launch's, called here (in
+    this thread) as the process tells of each member's end.
 
     An interrupt while it runs is passed on, and the job's own record of it awaited, before
     the interrupt goes on here. RuntimeError: the process died (it is not restarted)."""
@@ -130,10 +143,12 @@ def launch(
         job_overrides,
         job_ids,
         Singleton.get_state(),
+        more is not None,
     )
     try:
         handle.connection.send_bytes(cloudpickle.dumps(request))  # resolvers are local functions
-        reply = pickle.loads(handle.connection.recv_bytes())
+        while isinstance(reply := pickle.loads(handle.connection.recv_bytes()), Ended):
+            handle.connection.send_bytes(cloudpickle.dumps(more(reply.member, reply.job_return)))
     except KeyboardInterrupt as interrupt:
         _pass_on(handle, interrupt)
         raise
@@ -168,9 +183,11 @@ def _pass_on(handle: _Handle, interrupt: KeyboardInterrupt) -> None:
     sig = by_name.get(str(interrupt), signal.SIGINT)
     with contextlib.suppress(ProcessLookupError):
         os.kill(handle.process.pid, sig)
+    deadline = time.monotonic() + INTERRUPT_WAIT_S
     with contextlib.suppress(EOFError, OSError, KeyboardInterrupt):  # a second Ctrl-C: go now
-        if handle.connection.poll(INTERRUPT_WAIT_S):
-            handle.connection.recv_bytes()
+        while handle.connection.poll(max(0.0, deadline - time.monotonic())):
+            if not isinstance(pickle.loads(handle.connection.recv_bytes()), Ended):
+                return  # the jobs' reply: each recorded its end (a member's end: not yet)
 
 
 # --- in the trial process -------------------------------------------------------------
@@ -192,26 +209,46 @@ def _serve(connection: Connection, sweep_pid: int) -> None:
             request = pickle.loads(connection.recv_bytes())
         except (EOFError, OSError, KeyboardInterrupt):
             os._exit(0)  # the sweep is done: nothing to save, no teardown to wait for
-        reply = _run(*request)
+        reply = _run(connection, *request)
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             connection.send_bytes(cloudpickle.dumps(reply))
         except Exception as e:  # a result that does not pickle: the job failed, and says why
-            from sweeper import optuna_adapter as oa
-            from sweeper.plan.preflight import one_line
+            connection.send_bytes(cloudpickle.dumps([_unpicklable(e)] * len(request[3])))
 
-            failed = oa.failed_return(RuntimeError(f"{type(e).__name__}: {one_line(e)}"))
-            connection.send_bytes(cloudpickle.dumps([failed] * len(request[3])))
+
+def _unpicklable(error: Exception) -> Any:
+    from sweeper import optuna_adapter as oa
+    from sweeper.plan.preflight import one_line
+
+    return oa.failed_return(RuntimeError(f"{type(error).__name__}: {one_line(error)}"))
+
+
+def _ask_for_more(connection: Connection) -> Callable[[int, Any], Any]:
+    """packs.launch's `more`, answered by the sweep (launch, above) as each member ends."""
+
+    def more(member: int, job_return: Any) -> Any:
+        sys.stdout.flush()
+        try:
+            message = cloudpickle.dumps(Ended(member, job_return))
+        except Exception as e:  # as the final reply: the job failed, and says why
+            message = cloudpickle.dumps(Ended(member, _unpicklable(e)))
+        connection.send_bytes(message)
+        return pickle.loads(connection.recv_bytes())
+
+    return more
 
 
 def _run(
+    connection: Connection,
     hydra_context: Any,
     task: tuple[str, str],
     config: Any,
     job_overrides: list[list[str]],
     job_ids: list[int],
     singleton_state: Any,
+    refill: bool,
 ) -> Any:
     from hydra.core.singleton import Singleton
 
@@ -226,7 +263,8 @@ def _run(
     task_function = getattr(bound, "__wrapped__", bound)  # under @hydra.main
     with signals_interrupt():
         try:
-            return packs.launch(hydra_context, task_function, config, job_overrides, job_ids)
+            more = _ask_for_more(connection) if refill else None
+            return packs.launch(hydra_context, task_function, config, job_overrides, job_ids, more)
         except SignalInterrupt as e:
             return Interrupted(str(e))
         except KeyboardInterrupt:

@@ -16,7 +16,9 @@ Modules, bottom to top:
   batches       several members' TokenBatches as one, member-major; which learner pieces fit
   decode        one KV-cached decode over every member's prompts, each drawing from its own generator
   members       what a member's own train() sees: its policy and sampler, asking the host
-  host          the members' threads in turns, and the batched model calls that answer them
+  turns         a member's thread: it runs until it asks the host, then waits for its turn
+  host          the members in turns (new ones joining as others end), and the batched model
+                calls that answer them
 
 A layer of the trainer's own, above run (a member runs trainer.run.train) and below backends.
 """

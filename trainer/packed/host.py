@@ -18,6 +18,10 @@ generator state and swaps it in whenever the member's thread runs, and the pack'
 a member's tokens from a generator holding that state. So the member's LoRA init (drawn in its
 own load_policy), its sampling and its evals draw exactly the numbers they would alone.
 A member that raises (a pruned trial, a non-finite loss) leaves the pack; the others go on.
+A new member may join between rounds (run_bodies' `more`: a sweep's queued trial taking the
+slot of one that ended). It starts from the RNG state the pack started with, as alone, and
+its rows join the batches after the others': each member's numbers stay those of its solo run.
+Each member's thread and its turns: turns.py.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -44,61 +47,13 @@ from trainer.model.token_batch import TokenBatch
 from trainer.packed.batches import concat, learner_round
 from trainer.packed.decode import Chunk, chunks_of, decode_packed
 from trainer.packed.grouped_lora import PackedAdapters, Segments, install
-from trainer.packed.members import current_source, serve_as
+from trainer.packed.members import current_source
 from trainer.packed.packable import check_packable
+from trainer.packed.turns import Member, copy_error, member_thread
 from trainer.run.train import Reporter, TrainResult, train
 from trainer.sampling.model_source import model_path
 
 log = logging.getLogger(__name__)
-
-
-def member_thread(index: int) -> str:
-    """The name of member `index`'s thread (a sweep routes its log records by it)."""
-    return f"packed-{index}"
-
-
-@dataclass
-class Member:
-    """One trial of the pack: what its thread runs, and what it waits for."""
-
-    host: PackHost
-    index: int
-    body: Callable[[], Any]  # ends in a train() that finds its member (members.current_source)
-    rng_state: torch.Tensor = field(default_factory=torch.get_rng_state)
-    request: tuple | None = None
-    reply: Any = None
-    result: Any = None  # what body returned, or the exception that ended it
-    done: bool = False
-    go: threading.Event = field(default_factory=threading.Event)
-
-    def call(self, key: tuple, payload: Any) -> Any:
-        """Ask the host for `key` (the kind of request and what must be equal to batch it)
-        and wait, letting the others run, until the pack has answered."""
-        self.request, self.reply = (key, payload), None
-        self.rng_state = torch.get_rng_state()
-        self.host.yield_to_host(self)
-        torch.set_rng_state(self.rng_state)
-        if isinstance(self.reply, BaseException):
-            raise self.reply
-        return self.reply
-
-    def main(self) -> None:
-        self.go.wait()
-        self.go.clear()
-        torch.set_rng_state(self.rng_state)
-        serve_as(self)
-        try:
-            if self.host.stopping:  # the pack stopped before this member's first turn
-                raise _copy(self.host.stopping)
-            self.result = self.body()
-        except BaseException as e:  # a pruned trial, a failure: it leaves the pack
-            self.result = e
-            if isinstance(e, KeyboardInterrupt) and self.host.stopping is None:  # a signal
-                self.host.interrupted = e  # deferred to this thread: it stops the whole pack
-        finally:
-            self.done = True
-            self.host.detach(self)
-            self.host.back.set()
 
 
 class PackHost:
@@ -129,6 +84,7 @@ class PackHost:
         self.interrupted: KeyboardInterrupt | None = None
         self.forwards: dict[int, tuple[torch.Tensor, dict[int, tuple[int, int, int]]]] = {}
         self.next_forward = 0
+        self.round = 0  # rounds of requests answered (a member that joins says when)
 
     # --- members' adapters ---
 
@@ -183,7 +139,7 @@ class PackHost:
         finally:
             self.back.clear()
         if self.interrupted is not None and self.stopping is None:
-            raise _copy(self.interrupted)
+            raise copy_error(self.interrupted)
 
     def run(
         self, cfgs: list[DictConfig], reporters: list[Reporter | None] | None = None
@@ -197,41 +153,77 @@ class PackHost:
             ]
         )
 
-    def run_bodies(self, bodies: list[Callable[[], Any]]) -> list[Any]:
+    def run_bodies(
+        self,
+        bodies: list[Callable[[], Any]],
+        more: Callable[[int, Any], Callable[[], Any] | None] | None = None,
+    ) -> list[Any]:
         """Run each body in a member thread of its own, in turns: a body's train() (by way of
         trainer.backends.train or train_packed) runs as a member of this pack. Each body's
-        return value, or the exception that ended it."""
-        members = [Member(self, i, body) for i, body in enumerate(bodies)]
-        threads = [
-            threading.Thread(target=m.main, name=member_thread(m.index), daemon=True)
-            for m in members
-        ]
-        for thread in threads:
-            thread.start()
+        return value, or the exception that ended it, in the order they joined.
+
+        `more`, when given, is called with each member's index and result as it ends, on this
+        thread and between rounds (no member runs meanwhile); a body it returns joins the pack
+        as a new member (index: the next one), so a queued trial takes the ended one's slot."""
         state = torch.get_rng_state()
+        members: list[Member] = []
+        threads: list[threading.Thread] = []
         try:
-            for member in members:
-                self._turn(member)
+            for body in bodies:
+                self._turn(self._join(members, threads, body, state))
+            self._refill(members, threads, more, state)
             while True:
                 waiting = [m for m in members if not m.done and m.request is not None]
                 if not waiting:
                     break
                 for member in self._answer(waiting):
                     self._turn(member)
+                self.round += 1
                 self._drop_orphans(members)
+                self._refill(members, threads, more, state)
         except BaseException as e:
-            self.stopping = _copy(e) if isinstance(e, KeyboardInterrupt) else None
+            self.stopping = copy_error(e) if isinstance(e, KeyboardInterrupt) else None
             raise
         finally:
             torch.set_rng_state(state)
             self.stopping = self.stopping or RuntimeError("the pack stopped")
             for member in members:
                 if not member.done:  # each one raises at its request, and records its end
-                    member.reply = _copy(self.stopping)
+                    member.reply = copy_error(self.stopping)
                     self._turn(member)
             for thread in threads:
                 thread.join()
         return [m.result for m in members]
+
+    def _join(
+        self,
+        members: list[Member],
+        threads: list[threading.Thread],
+        body: Callable[[], Any],
+        rng_state: torch.Tensor,
+    ) -> Member:
+        """A new member, its thread waiting for its first turn. Every member starts from the
+        RNG state the pack started with, as it would alone, whenever it joins."""
+        member = Member(self, len(members), body, rng_state.clone())
+        thread = threading.Thread(target=member.main, name=member_thread(member.index))
+        thread.daemon = True
+        members.append(member)
+        threads.append(thread)
+        thread.start()
+        return member
+
+    def _refill(self, members, threads, more, rng_state) -> None:
+        """Tell `more` of each member that ended since the last round; each body it returns
+        joins and runs to its first request (the list grows as it is walked: a new member
+        that ends at once is told of too)."""
+        if more is None:
+            return
+        for member in members:
+            if member.done and not member.told:
+                member.told = True
+                body = more(member.index, member.result)
+                if body is not None:
+                    self._turn(self._join(members, threads, body, rng_state))
 
     def _drop_orphans(self, members: list[Member]) -> None:
         """Learner forwards whose members have all left before their backward: their graphs
@@ -348,14 +340,6 @@ HANDLERS = {
 
 def _train_member(cfg: DictConfig, reporter: Reporter | None) -> TrainResult:
     return train(cfg, reporter, current_source())
-
-
-def _copy(error: BaseException) -> BaseException:
-    """The same exception, new: each member raises its own (its traceback is its own)."""
-    try:
-        return type(error)(*error.args)
-    except TypeError:
-        return error
 
 
 def train_packed(
