@@ -148,7 +148,7 @@ def launch(
     try:
         handle.connection.send_bytes(cloudpickle.dumps(request))  # resolvers are local functions
         while isinstance(reply := pickle.loads(handle.connection.recv_bytes()), Ended):
-            handle.connection.send_bytes(cloudpickle.dumps(more(reply.member, reply.job_return)))
+            _send(handle.connection, cloudpickle.dumps(more(reply.member, reply.job_return)))
     except KeyboardInterrupt as interrupt:
         _pass_on(handle, interrupt)
         raise
@@ -234,10 +234,19 @@ def _ask_for_more(connection: Connection) -> Callable[[int, Any], Any]:
             message = cloudpickle.dumps(Ended(member, job_return))
         except Exception as e:  # as the final reply: the job failed, and says why
             message = cloudpickle.dumps(Ended(member, _unpicklable(e)))
-        connection.send_bytes(message)
-        return pickle.loads(connection.recv_bytes())
+        _send(connection, message)
+        return pickle.loads(connection.recv_bytes())  # a signal meanwhile stops the pack
 
     return more
+
+
+def _send(connection: Connection, message: bytes) -> None:
+    """A message sent whole: a signal meanwhile (an interrupt) waits until it is sent, as in a
+    store call, since one cut in half would garble the pipe for the replies to come."""
+    from records.database import store_call
+
+    with store_call():
+        connection.send_bytes(message)
 
 
 def _run(
