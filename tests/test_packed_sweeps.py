@@ -2,7 +2,9 @@
 `python -m sweeper -m` runs with their MLflow and Optuna stores. A packed trial is the trial
 an unpacked sweep runs: its own MLflow run with the same curves, its own Optuna trial with the
 same reports and outcome; one a health rule prunes and one that fails leave the pack alone;
-SIGTERM stops every member and the same command resumes each from its own checkpoint."""
+SIGTERM stops every member and the same command resumes each from its own checkpoint. A
+queued job takes the slot of a member that ended while the pack runs (one that cannot share
+the pack's model runs after it)."""
 
 from __future__ import annotations
 
@@ -139,11 +141,11 @@ def test_racing_packs_its_seeds_and_each_seed_is_a_run_of_its_own(tmp_path):
 
 
 # pack=2: t0 is pruned after step 2 while t1 trains on to step 6, and t2, queued, takes t0's slot.
-REFILLED = ["lr=3e-2,1e-3,2e-3", f"hydra.sweeper.health=[{BIG_LR}]", *SHAPE[1:], "max_steps=6"]
+REFILLED = ["lr=3e-2,1e-3,2e-3", f"hydra.sweeper.health=[{BIG_LR}]", *SHAPE[1:]]
 
 
 def test_a_queued_job_takes_the_slot_of_a_pruned_member_while_the_pack_runs(tmp_path):
-    done = run_sweep(tmp_path, *REFILLED, "hydra.sweeper.pack=2")
+    done = run_sweep(tmp_path, *REFILLED, "max_steps=6", "hydra.sweeper.pack=2")
     assert done.returncode == 0, done.stderr[-3000:]
     trials = {t.number: t for t in study_in(tmp_path).trials}
     states = {n: t.state.name for n, t in trials.items()}
@@ -163,3 +165,47 @@ def test_a_queued_job_takes_the_slot_of_a_pruned_member_while_the_pack_runs(tmp_
     assert "t2 joins the pack at round" in logs[2] and "t2 joins the pack" in logs[1]
     steps = {m.step for m in client.get_metric_history(runs[2].run_id, "reward/mean")}
     assert steps == set(range(1, 7))  # it trained every step, in the pack and after t1 ended
+
+
+def test_a_signal_stops_a_member_that_joined_and_the_same_command_resumes_it(tmp_path):
+    """SIGTERM once t2, which took pruned t0's slot, saved step 2: t1 and t2 record themselves
+    interrupted, and the same command resumes each from its own checkpoint."""
+    args = [*REFILLED, "max_steps=8", "save_every=2", "hydra.sweeper.pack=2"]
+    sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("multirun/*/*/t2/checkpoints/step_000002/state.json")):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "t2 saved no step-2 checkpoint"
+        time.sleep(0.1)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=60)
+    assert "interrupted (SIGTERM)" in stderr
+    trials = study_in(tmp_path).trials[:3]  # then the points of t1 and t2, queued again
+    assert [t.state.name for t in trials] == ["PRUNED", "FAIL", "FAIL"]
+    (log,) = tmp_path.glob("multirun/*/*/t2/*.log")
+    assert "t2 joins the pack at round" in log.read_text()
+    for trial in trials[1:]:
+        (seed,) = replicates(trial)
+        assert (seed.state, seed.reason) == (State.FAIL, "interrupted"), trial.number
+    done = run_sweep(tmp_path, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    retries = [t for t in study_in(tmp_path).trials if TrialAttr.RETRY_OF in t.user_attrs]
+    assert sorted(t.user_attrs[TrialAttr.RETRY_OF] for t in retries) == [1, 2]
+    for retry in retries:
+        (seed,) = replicates(retry)
+        assert seed.state == State.COMPLETE and seed.steps_run == 8
+        assert seed.resumed_from_step is not None and seed.resumed_from_step >= 2
+
+
+def test_a_queued_job_that_cannot_share_the_model_runs_after_the_pack(tmp_path):
+    """t2 (another LoRA rank) would take pruned t0's slot: it runs once the pack has ended."""
+    grid = ["lora_rank=8,16", "lr=3e-2,1e-3", *REFILLED[1:], "max_steps=6"]  # t2, t3: rank 16
+    done = run_sweep(tmp_path, *grid, "hydra.sweeper.pack=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = study_in(tmp_path).trials
+    assert [t.state.name for t in trials] == ["PRUNED", "COMPLETE", "PRUNED", "COMPLETE"]
+    client = MlflowClient(mlflow_uri(tmp_path))
+    runs = [client.get_run(replicates(t)[0].run_id).info for t in trials]  # one each
+    assert runs[1].end_time <= runs[2].start_time  # after the pack
+    (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
+    assert "t2 runs after the pack: lora_rank" in log.read_text()
