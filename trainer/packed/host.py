@@ -55,6 +55,9 @@ from trainer.sampling.model_source import model_path
 
 log = logging.getLogger(__name__)
 
+# run_bodies' `more`: given a member that ended (its index, its result), a body to join or None.
+More = Callable[[int, Any], Callable[[], Any] | None]
+
 
 class PackHost:
     """Runs K trials' train() in lockstep on one base model (the module docstring says how)."""
@@ -156,7 +159,7 @@ class PackHost:
     def run_bodies(
         self,
         bodies: list[Callable[[], Any]],
-        more: Callable[[int, Any], Callable[[], Any] | None] | None = None,
+        more: More | None = None,
     ) -> list[Any]:
         """Run each body in a member thread of its own, in turns: a body's train() (by way of
         trainer.backends.train or train_packed) runs as a member of this pack. Each body's
@@ -205,14 +208,19 @@ class PackHost:
         """A new member, its thread waiting for its first turn. Every member starts from the
         RNG state the pack started with, as it would alone, whenever it joins."""
         member = Member(self, len(members), body, rng_state.clone())
-        thread = threading.Thread(target=member.main, name=member_thread(member.index))
-        thread.daemon = True
+        thread = threading.Thread(target=member.main, name=member_thread(member.index), daemon=True)
         members.append(member)
         threads.append(thread)
         thread.start()
         return member
 
-    def _refill(self, members, threads, more, rng_state) -> None:
+    def _refill(
+        self,
+        members: list[Member],
+        threads: list[threading.Thread],
+        more: More | None,
+        rng_state: torch.Tensor,
+    ) -> None:
         """Tell `more` of each member that ended since the last round; each body it returns
         joins and runs to its first request (the list grows as it is walked: a new member
         that ends at once is told of too)."""
