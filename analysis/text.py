@@ -9,6 +9,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.configs import broke
 from judge.stats import LEVEL, Interval
 from records.metrics import is_finite_number
 from records.sweep import TrialAttr, replicates
@@ -80,12 +81,16 @@ def trial_note(trial: FrozenTrial) -> str:
     if trial.state == TrialState.WAITING and TrialAttr.RETRY_OF in attrs:
         return f"queued again (retry of t{attrs[TrialAttr.RETRY_OF]})"
     notes = [f"warning {line}" for line in trial_warnings(trial)]
+    reason = attrs.get(TrialAttr.PRUNE_REASON)
     if trial.state == TrialState.PRUNED:
-        reason = attrs.get(TrialAttr.PRUNE_REASON)
         why = (
             breach_text(reason) if isinstance(reason, Mapping) else "pruned by the objective pruner"
         )
         notes.insert(0, why)
+    elif isinstance(reason, Mapping):  # completed, with seeds that broke (counted at the floor)
+        seeds = replicates(trial)
+        broken = sum(broke(r) for r in seeds)
+        notes.insert(0, f"{broken} of {len(seeds)} seeds broke: {breach_text(reason)}")
     return "; ".join(notes)
 
 

@@ -36,12 +36,23 @@ from analysis.next_step import (
 from analysis.text import interval_text, show
 from judge import stats
 from judge.compare import Judge, signed
-from judge.configs import Config, Seed, configs_from_trials
+from judge.configs import (
+    Config,
+    Seed,
+    break_floor,
+    configs_from_trials,
+    objective_range,
+)
 from judge.stats import Interval
 from records.metrics import EVAL_REWARD, is_finite_number
 from records.sweep import StudyAttr
 
-__all__ = ["Config", "Seed", "configs_from_trials"]  # the judge's, read here by callers
+__all__ = [
+    "Config",
+    "Seed",
+    "configs_from_trials",
+    "objective_range",
+]  # the judge's, read here by callers
 
 
 @dataclass(frozen=True)
@@ -100,9 +111,11 @@ def sweep_verdict(
     the terminator stopped says why it ran fewer trials than planned. study: its name, for
     the tuned file the next step points to."""
     trials = list(trials)
-    configs = configs_from_trials(trials)
+    objective = study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD)
+    floor = break_floor(objective, maximize, trials)
+    configs = configs_from_trials(trials, floor)
     broken = sum(t.state in (TrialState.PRUNED, TrialState.FAIL) for t in trials)
-    bounds = objective_range(study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD), configs)
+    bounds = objective_range(objective, [v for c in configs for v in (*c.values, c.baseline)])
     max_seeds = study_attrs.get(StudyAttr.MAX_SEEDS)
     evidence = evidence_of(trials, study_attrs)
     out = verdict(configs, maximize, max_seeds, bounds, broken, study, evidence)
@@ -110,15 +123,6 @@ def sweep_verdict(
     if stopped:
         out.next_step += f" The search {stopped} (hydra.sweeper.terminator=true)."
     return out
-
-
-def objective_range(objective: str, configs: Sequence[Config]) -> tuple[float, float] | None:
-    """(0, 1) for a mean reward whose every recorded value and baseline lies in [0, 1], as
-    the built-in rewards' do; None (unbounded) otherwise."""
-    if not (objective.startswith("eval/reward") and objective.endswith("/mean")):
-        return None
-    seen = [v for c in configs for v in (*c.values, c.baseline) if is_finite_number(v)]
-    return (0.0, 1.0) if all(0 <= v <= 1 for v in seen) else None
 
 
 def summarize(
@@ -166,7 +170,8 @@ def verdict(
     evidence = evidence or Evidence()
     judge = Judge([c for c in configs if c.values], raced=max_seeds is not None)
     summaries = [summarize(c, bounds, judge) for c in configs if c.values]
-    if not summaries:
+    if all(c.broke == len(c.seeds) for c in configs):  # only floors: nothing to compare
+        summaries = []
         if broken:
             return Verdict(
                 [],
@@ -182,6 +187,11 @@ def verdict(
     ranked = sorted(summaries, key=lambda s: stats.rank_value(-sign * _rank_value(s)))
     best = ranked[0]
     detail = [f"Best: {_describe(best)}."]
+    if any(c.broke for c in configs):
+        detail.append(
+            "A seed a health rule stopped counts at the objective's floor: a run that broke "
+            "ends near it, and the mean over seeds counts it as a run that came to nothing."
+        )
     if len(best.config.values) == 1:
         detail.append(
             "With one seed the interval covers the eval's noise only, not run-to-run noise "
@@ -294,7 +304,7 @@ def _nothing_first(out: Verdict, nothing: tuple[str, str, str, Cause | None] | N
 def _one_number(s: Summary) -> str:
     """A configuration's mean and 95% interval, with its seeds: the decision's one number."""
     i, n = s.interval, len(s.config.values)
-    seeds = f"{n} seed{'s' * (n != 1)}"
+    seeds = f"{n} seed{'s' * (n != 1)}" + (f", {s.config.broke} broke" if s.config.broke else "")
     if not i.known:
         return f"{s.mean:.3g}, no interval, {seeds}"
     return f"{s.mean:.3g}, 95% CI {i.low:.3g} to {i.high:.3g}, {seeds}"
@@ -343,9 +353,10 @@ def interval_cells(summary: Summary | None) -> list[str]:
     """The columns tables show for a configuration: seeds run, mean, 95% CI."""
     if summary is None:
         return ["-", "-", "-"]
-    i = summary.interval
+    i, c = summary.interval, summary.config
     ci = f"{i.low:.3f}-{i.high:.3f}" if i.known else "-"
-    return [str(len(summary.config.values)), f"{i.estimate:.4g}", ci]
+    seeds = f"{len(c.values)}" + (f" ({c.broke} broke)" if c.broke else "")
+    return [seeds, f"{i.estimate:.4g}", ci]
 
 
 INTERVAL_HEADER = ["seeds", "mean", "95% CI"]

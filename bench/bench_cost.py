@@ -59,6 +59,7 @@ from analysis.rule_replay import at_cadence, library_run
 from analysis.verdict import sweep_verdict
 from judge import forecast as forecast_math
 from judge import race, stats
+from judge.configs import break_floor, counts_broken
 from judge.stats import MIN_SEEDS, mean_and_stderr
 from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
@@ -100,6 +101,10 @@ class Policy:
     # since then is `default` below (power futility, hopeful-only leader rule, max_seeds=3).
     futility: str = race.OPTIMISTIC
     leader_rule: str = race.ALWAYS
+    # A seed a health rule stopped counts at the objective's floor and its configuration goes
+    # on, as the sweeper does since issue 72 (judge/configs.py); False: the sweeper before,
+    # which pruned the configuration at its first broken seed and left it out of the verdict.
+    count_broken: bool = True
 
     @property
     def race(self) -> bool:
@@ -175,6 +180,18 @@ VARIANTS = (
     Policy(
         "race_power_max3", "auto", health=True, max_seeds=3, futility="power", leader_rule="hopeful"
     ),
+    # issue 72: the sweeper before a seed that broke counted at the floor
+    Policy(
+        "default_uncounted",
+        "auto",
+        health=True,
+        max_seeds=GRPOSweeperConf.max_seeds,
+        futility=race.POWER,
+        leader_rule=race.HOPEFUL,
+        count_broken=False,
+    ),
+    Policy("fixed2_health_uncounted", 2, health=True, count_broken=False),
+    Policy("fixed3_health_uncounted", 3, health=True, count_broken=False),
     Policy(
         "race_optimistic_hopeful_max3",
         "auto",
@@ -487,11 +504,18 @@ class Sweep:
         trial.set_user_attr(replicate_key(seed), ended.as_attr())
         return error is not None
 
+    def floor(self) -> float | None:
+        """What a seed that broke counts at (loop.py's _floor)."""
+        if not self.policy.count_broken:
+            return None
+        return break_floor(self.pool.objective, True, self.study.get_trials(deepcopy=False))
+
     def job_ended(self, job: tuple[int, int], raised: bool, pending: deque) -> None:
         number, pos = job
         flight = self.flights[number]
         flight.ended[pos] = raised
-        if raised:
+        trial = self.study._storage.get_trial(flight.trial._trial_id)
+        if raised and not counts_broken(trial, self.order[pos], self.floor()):
             flight.phase = "broken"
         if flight.seeds_ended and self.look(flight, pending):
             self.look_again(pending)
@@ -522,6 +546,7 @@ class Sweep:
                 self.policy.wait_for_leader,
                 self.policy.futility,
                 self.policy.leader_rule,
+                self.floor(),
             )
             if step.action == race.SEED:
                 flight.phase = "training"
@@ -575,15 +600,16 @@ class Sweep:
         if race:
             trial.set_user_attr(TrialAttr.RACE, race)
         recorded = {r.seed: r for r in replicates(self.study._storage.get_trial(trial._trial_id))}
-        out = combine([recorded[self.order[p]] for p in flight.ended], len(flight.seeds))
+        ended = [recorded[self.order[p]] for p in flight.ended]
+        out = combine(ended, len(flight.seeds), self.floor())
         trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
         if out.baseline is not None:
             trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
+        if out.breach is not None:
+            trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
         if out.state == State.COMPLETE:
             self.study.tell(trial, values=out.value)
         elif out.state == State.PRUNED:
-            if out.breach is not None:
-                trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)

@@ -20,6 +20,10 @@ held-out values over the recorded seeds the replay did not draw (the order's fir
 truth's own noise allowed for. Pairs of one replay share its seeds, so the interval of a
 coverage is clustered by replay (analysis/proportions.py clustered_interval).
 
+A pair where a drawn seed broke (the default rules stopped it; it counts at the objective's
+floor, judge/configs.py) is counted apart from one where none did: a pair of the second kind is
+one the sweeper before issue 72's floor judged too.
+
 A configuration is unstable when the default health rules stop, or the run breaks, in at least
 one of the pool's recorded seeds (each seed replayed alone through the same rules); a pair is
 unstable when either of its configurations is.
@@ -54,6 +58,8 @@ PRINTED = (
     "all",
     "all, unstable",
     "all, unstable, kept runs' truth",
+    "all, a seed broke",
+    "all, no seed broke",
     "all, scattered",
     "shown",
     "shown, unstable",
@@ -150,9 +156,11 @@ def verdict_coverage(
         scatter = (
             "scattered" if frozenset((name[a.label], name[b.label])) in scattered else "steady"
         )
+        broke = "a seed broke" if a.broke or b.broke else "no seed broke"
         kinds = [
             "all",
             f"all, {split}",
+            f"all, {broke}",  # a drawn seed that broke counts at the floor (issue 72)
             f"all, {fewest_seeds(a, b)}",
             f"all, {method_of(interval)}",
             f"all, {scatter}",

@@ -1,5 +1,11 @@
 """One configuration as a sweep recorded it: its seeds, built once from its trial. The race
-judges it while it runs, the verdict once the sweep ends: the same type for both."""
+judges it while it runs, the verdict once the sweep ends: the same type for both.
+
+A seed a health rule stopped broke: it counts at the objective's floor (its worst value, when
+the objective's range is known), as every seed counts in the mean over seeds an RL paper
+reports. The rules stop a run before its eval has fallen all the way (that is their job), so
+its last eval would flatter it; a run that broke ends near the floor (bench/COST.md, issue 72).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.forecast import is_unsafe
+from judge.stats import MIN_SEEDS
 from records.metrics import is_finite_number
-from records.sweep import TrialAttr, replicates
+from records.sweep import Replicate, State, TrialAttr, replicates
 
 
 @dataclass(frozen=True)
@@ -19,6 +27,7 @@ class Seed:
     value: float | None  # None: this seed was pruned or failed, or has not ended
     stderr: float | None = None  # the eval's standard error over problems
     per_problem: tuple[float, ...] | None = None
+    broke: bool = False  # a health rule stopped it: its value is the objective's floor
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,11 @@ class Config:
     def completed(self) -> list[Seed]:
         """The seeds with a value (completed, finite)."""
         return [s for s in self.seeds if is_finite_number(s.value)]
+
+    @property
+    def broke(self) -> int:
+        """How many of its seeds broke (counted at the floor)."""
+        return sum(s.broke for s in self.seeds)
 
     @property
     def values(self) -> list[float]:
@@ -67,10 +81,71 @@ def config(
     )
 
 
-def config_of(trial: FrozenTrial) -> Config:
+def broke(record: Replicate) -> bool:
+    """A seed a health rule stopped (not a forecast's stop, a warning or a failure)."""
+    return record.state == State.PRUNED and record.breach is not None and is_unsafe(record.breach)
+
+
+def objective_range(objective: str, seen: Iterable[Any]) -> tuple[float, float] | None:
+    """(0, 1) for an eval's mean reward (`eval/reward/mean`, one reward's, the greedy one's)
+    whose every recorded value and baseline (`seen`) lies in [0, 1], as the built-in rewards'
+    do; None (unbounded) otherwise."""
+    rewards = objective.startswith(("eval/reward/", "eval/greedy/"))
+    if not rewards or objective.endswith("/stderr"):
+        return None
+    known = [v for v in seen if is_finite_number(v)]
+    return (0.0, 1.0) if all(0 <= v <= 1 for v in known) else None
+
+
+def break_floor(objective: str, maximize: bool, trials: Iterable[FrozenTrial]) -> float | None:
+    """What a seed that broke counts at: the objective's worst value, from its range and the
+    values the study recorded; None when the range is unknown (a configuration whose seed
+    broke then ends pruned, uncounted)."""
+    seen = [v for t in trials for r in replicates(t) for v in (r.value, r.baseline)]
+    bounds = objective_range(objective, seen)
+    if bounds is None:
+        return None
+    return bounds[0] if maximize else bounds[1]
+
+
+def counts_broken(trial: FrozenTrial, seed: int, floor: float | None) -> bool:
+    """Whether the trial's `seed` broke and counts at the floor (there is one)."""
+    mine = [r for r in replicates(trial) if r.seed == seed]
+    return floor is not None and bool(mine) and broke(mine[0])
+
+
+def broke_note(broken: int, seeds: int, floor: float) -> str:
+    """`1 of 2 seeds broke (counted at 0)`: the one wording of a configuration's breaks."""
+    return f"{broken} of {seeds} seeds broke (counted at {floor:g})"
+
+
+def seed_of(record: Replicate, floor: float | None) -> Seed:
+    """One seed as the judge counts it: a broken one at the floor, when there is one."""
+    if floor is not None and broke(record):
+        return Seed(record.seed, floor, broke=True)
+    return Seed(record.seed, record.value, record.stderr, record.per_problem)
+
+
+def counted(trial: FrozenTrial, floor: float | None) -> bool:
+    """Whether the judge counts a trial: completed, or pruned with every seed broken, at least
+    MIN_SEEDS of them (one run that broke says it broke, not where its mean lies), and a floor
+    to count them at."""
+    if trial.state == TrialState.COMPLETE:
+        return True
+    seeds = replicates(trial)
+    return (
+        floor is not None
+        and trial.state == TrialState.PRUNED
+        and len(seeds) >= MIN_SEEDS
+        and all(broke(r) for r in seeds)
+    )
+
+
+def config_of(trial: FrozenTrial, floor: float | None = None) -> Config:
     """A trial's configuration: its seeds as its replicate records hold them (a value only for
-    those that completed), open while its trial is RUNNING (racing, or held)."""
-    seeds = tuple(Seed(r.seed, r.value, r.stderr, r.per_problem) for r in replicates(trial))
+    those that completed, and for those that broke when there is a `floor`: break_floor), open
+    while its trial is RUNNING (racing, or held)."""
+    seeds = tuple(seed_of(r, floor) for r in replicates(trial))
     if not seeds and trial.state == TrialState.COMPLETE:  # recorded before seeds were
         seeds = (Seed(0, trial.value, None),)
     return Config(
@@ -83,7 +158,8 @@ def config_of(trial: FrozenTrial) -> Config:
     )
 
 
-def configs_from_trials(trials: Iterable[FrozenTrial]) -> list[Config]:
-    """Completed configurations and their seeds, as the sweep recorded them."""
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    return [config_of(t) for t in sorted(done, key=lambda t: t.number)]
+def configs_from_trials(trials: Iterable[FrozenTrial], floor: float | None = None) -> list[Config]:
+    """The configurations the judge counts (`counted`) and their seeds, as the sweep recorded
+    them; floor: break_floor."""
+    done = [t for t in trials if counted(t, floor)]
+    return [config_of(t, floor) for t in sorted(done, key=lambda t: t.number)]

@@ -186,16 +186,25 @@ def test_a_fixed_grid_spends_every_step_and_names_the_best():
     assert got["seeds"] == {"a": 2, "b": 2} and got["decided"] == ["b"]
 
 
-def test_health_prunes_a_collapse_at_its_eval_step_and_stops_its_configuration():
+def test_health_prunes_a_collapse_at_its_eval_step_and_counts_it_at_the_floor():
     collapsed = flat(0.3)
     # 0.25 below its baseline on two evals in a row: eval_collapse (3 standard errors)
     collapsed[2] = {**train(), **evals(0.05)}
     collapsed[4] = {**train(), **evals(0.05)}
     p = pool(a=[flat(0.3), flat(0.3)], b=[collapsed, flat(0.3)])
     policy = bc.Policy("fixed2+health", 2, health=True)
-    got = bc.outcome(bc.Sweep(p, policy, ["a", "b"], [0, 1], "s", 2).run())
+    done = bc.Sweep(p, policy, ["a", "b"], [0, 1], "s", 2).run()
+    got = bc.outcome(done)
+    # the broken seed counts at the floor, 0, and its configuration's second seed runs
+    assert got["states"] == {"a": "COMPLETE", "b": "COMPLETE"}
+    assert got["seeds"]["b"] == 2 and got["trial_steps"] == 2 * 4 + 4 + 4
+    b = next(t for t in done.trials if t.user_attrs[bc.CONFIG] == "b")
+    assert b.value == pytest.approx((0.0 + 0.3) / 2) and got["pick"] == "a"
+    # the sweeper before: the first broken seed pruned the configuration, uncounted
+    before = bc.Policy("fixed2+health, uncounted", 2, health=True, count_broken=False)
+    got = bc.outcome(bc.Sweep(p, before, ["a", "b"], [0, 1], "s", 2).run())
     assert got["states"] == {"a": "COMPLETE", "b": "PRUNED"}
-    assert got["seeds"]["b"] == 1  # its second seed never starts
+    assert got["seeds"]["b"] == 1  # its second seed never started
     assert got["trial_steps"] == 2 * 4 + 4 and got["pick"] == "a"
 
 

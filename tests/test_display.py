@@ -114,11 +114,15 @@ def test_a_warning_every_trial_gives_is_said_once_a_sweep():
 
 
 def _spent(
-    steps_by_seed: dict[int, int], params: dict | None = None, run: str = "", pruned: int = -1
+    steps_by_seed: dict[int, int],
+    params: dict | None = None,
+    run: str = "",
+    pruned: int = -1,
+    breach: dict | None = None,
 ) -> FrozenTrial:
     """A trial with a completed seed run of `steps` for each seed (the seed `pruned`: stopped
-    there by a rule); run: the runs' MLflow ids start with it (a seed carried over to a
-    configuration queued again keeps its run)."""
+    there, by the health rule `breach` if given); run: the runs' MLflow ids start with it (a
+    seed carried over to a configuration queued again keeps its run)."""
     runs = {
         replicate_key(seed): Replicate(
             seed,
@@ -129,6 +133,7 @@ def _spent(
             None,
             "",
             f"{run}{seed}" if run else None,
+            breach if seed == pruned else None,
         ).as_attr()
         for seed, steps in steps_by_seed.items()
     }
@@ -170,6 +175,18 @@ def test_a_grid_sweep_s_cost_is_against_the_three_seed_grid_with_its_health_rule
     assert cost_line(raced, 50) == (
         "Cost: 310 training steps in 7 runs, 148% of the 210 a 3-seed grid takes with these "
         "health rules; 103% without."
+    )
+    # a seed a health rule stopped counts at the floor: the grid goes on to the next seeds.
+    # A config broken at step 20 of its first seed and 10 of its second: the grid's third seed
+    # is estimated at their mean, 15; 20 + 10 + 15 = 45, with 50+50+50 for the other: 195
+    kl = {"rule": "post_update_kl", "check": "post_update_kl", "step": 10, "action": "prune"}
+    broken = _spent({0: 20, 1: 10}, {"lr": 2}, pruned=1, breach=kl)
+    first = Replicate(0, State.PRUNED, None, None, 20, None, "", None, kl).as_attr()
+    broken.user_attrs[replicate_key(0)] = first
+    counted = [raced[0], broken]
+    assert cost_line(counted, 50, floor=0.0) == (
+        "Cost: 280 training steps in 7 runs, 144% of the 195 a 3-seed grid takes with these "
+        "health rules (15 estimated)."
     )
     # nothing pruned: the two grids are one; a swept max_steps is each configuration's own,
     # and a seed not run is estimated at its configuration's completed seeds' mean (10, 30)

@@ -52,14 +52,14 @@ def pools() -> list[bc.Pool]:
 def test_no_configuration_the_race_stopped_is_the_verdicts_best_or_tied_with_it():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     bc.memoized_forecasts()
-    (ours,) = [p for p in bc.POLICIES if p.name == "ours"]  # the product's default
+    (default,) = [p for p in bc.POLICIES if p.name == "default"]  # the product's default
     checked = stopped = 0
     for pool in pools():
         rng = random.Random(0)
         for rep in range(REPLAYS):
             order = rng.sample(pool.seeds, len(pool.seeds))
             queue = rng.sample(sorted(pool.runs), len(pool.runs))
-            study = bc.Sweep(pool, ours, queue, order, f"{pool.name}-{rep}", 10).run()
+            study = bc.Sweep(pool, default, queue, order, f"{pool.name}-{rep}", 10).run()
             trials = study.get_trials(deepcopy=False)
             v = sweep_verdict(trials, study.user_attrs, True)
             ranked = [s.label for s in v.ranked]

@@ -240,9 +240,11 @@ def test_the_pooled_variance_is_moderated_toward_the_pair_own():
 def test_a_mean_reward_interval_stays_in_zero_to_one():
     # [0.02, 0.10]: mean 0.06, se 0.04, t(0.975, 1) = 12.706205 -> -0.448248 to 0.568248
     c = _seeds("t0", [0.02, 0.10], stderr=0.02, baseline=0.05)
-    assert objective_range("eval/reward/mean", [c]) == (0.0, 1.0)
-    assert objective_range("eval/loss", [c]) is None
-    assert objective_range("eval/reward/mean", [_seeds("t1", [1.5, 2.0])]) is None
+    assert objective_range("eval/reward/mean", [*c.values, c.baseline]) == (0.0, 1.0)
+    assert objective_range("eval/reward/exact_match", c.values) == (0.0, 1.0)  # one reward's
+    assert objective_range("eval/loss", c.values) is None
+    assert objective_range("eval/reward/stderr", c.values) is None
+    assert objective_range("eval/reward/mean", [1.5, 2.0]) is None
     i = summarize(c, (0.0, 1.0)).interval
     assert (i.low, i.high) == pytest.approx((0.0, 0.568248), abs=1e-6)
     assert i.method == "t over 2 seeds, clipped to [0, 1]"

@@ -26,6 +26,7 @@ from analysis.verdict import (
     Verdict,
     interval_cells,
 )
+from judge.configs import broke
 from records.metrics import REWARD
 from records.sweep import (
     Replicate,
@@ -299,9 +300,10 @@ def final_table(study: optuna.Study, verdict: Verdict, verbose: bool = False) ->
 
 
 # The grid a sweep's cost is compared with: every configuration at 3 seeds, what careful
-# papers run. First the one this tool runs with `seeds=3` and the same health rules (its
-# pruned seeds stop early, and a configuration's later seeds are not started), then the plain
-# one (bench/COST.md measures the default race against both).
+# papers run. First the one this tool runs with `seeds=3` and the same health rules (a seed a
+# rule stops ends early; it counts at the floor and the next seed starts, or, with no floor,
+# no later seed of its configuration starts), then the plain one (bench/COST.md measures the
+# default race against both).
 GRID_SEEDS = 3
 LINE = 120  # the widest a terminal line is kept (tests/test_readme_commands.py)
 
@@ -315,14 +317,19 @@ class GridCost:
     estimated: float
 
 
-def with_rules_grid(seeds: Mapping[int, Replicate], max_steps: int) -> GridCost:
+def with_rules_grid(
+    seeds: Mapping[int, Replicate], max_steps: int, floor: float | None = None
+) -> GridCost:
     """The grid's first GRID_SEEDS seeds of a configuration (the race runs them in the same
     order), at the steps the rules let them run: a seed that ran, its own steps_run; one a
-    rule stopped (pruned, failed) ends the configuration there, as a grid starts no more
-    seeds of it; a seed not run (or still running), the mean steps of the configuration's
-    completed seeds (max_steps where none completed), estimated."""
-    done = [r.steps_run or 0 for r in seeds.values() if r.state == State.COMPLETE]
-    guess = sum(done) / len(done) if done else float(max_steps)
+    rule stopped goes on to the next seed when it counts at the floor (judge/configs.py),
+    else it ends the configuration there (pruned uncounted, failed), as the grid would; a seed
+    not run (or still running), the mean steps of the configuration's ended seeds that the
+    grid would go on after (max_steps where there are none), estimated."""
+    goes_on = [
+        r for r in seeds.values() if r.state == State.COMPLETE or (floor is not None and broke(r))
+    ]
+    guess = sum(r.steps_run or 0 for r in goes_on) / len(goes_on) if goes_on else float(max_steps)
     steps = estimated = 0.0
     ordered = sorted(seeds)
     for i in range(GRID_SEEDS):
@@ -331,12 +338,12 @@ def with_rules_grid(seeds: Mapping[int, Replicate], max_steps: int) -> GridCost:
             steps, estimated = steps + guess, estimated + guess
             continue
         steps += r.steps_run or 0
-        if r.state != State.COMPLETE:
+        if r not in goes_on:
             break
     return GridCost(steps, estimated)
 
 
-def cost_line(trials: list[FrozenTrial], max_steps: int) -> str:
+def cost_line(trials: list[FrozenTrial], max_steps: int, floor: float | None = None) -> str:
     """What a grid sweep spent, in training steps over every seed run, against a grid of
     GRID_SEEDS seeds of the same configurations with the same health rules (with_rules_grid;
     the line says how much of it is estimated), then the plain grid where the line has room.
@@ -357,7 +364,7 @@ def cost_line(trials: list[FrozenTrial], max_steps: int) -> str:
     plain = sum(GRID_SEEDS * n for n in steps_of.values())
     if not plain:
         return head + "."
-    grid = [with_rules_grid(by_config[k], steps_of[k]) for k in steps_of]
+    grid = [with_rules_grid(by_config[k], steps_of[k], floor) for k in steps_of]
     ruled, estimated = round(sum(g.steps for g in grid)), round(sum(g.estimated for g in grid))
     guessed = f" ({estimated:,} estimated)" if estimated else ""
     if ruled == plain:

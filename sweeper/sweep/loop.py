@@ -37,6 +37,7 @@ from omegaconf import DictConfig
 
 from analysis.verdict import study_verdict
 from judge import race
+from judge.configs import counts_broken
 from records.database import DatabaseUnreachable
 from records.sweep import (
     State,
@@ -62,6 +63,7 @@ from sweeper.sweep.signals import SignalInterrupt, end_child_processes, leave, s
 from sweeper.sweep.start import start_sweep
 from sweeper.sweep.tell import (
     close_runs_left_running,
+    floor_of,
     give_back_interrupted,
     give_back_lost,
     tell_if_still_ours,
@@ -168,7 +170,9 @@ class SweepRunner:
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
         table = final_table(study, verdict, self.config.hydra.verbose)
         if self.search_sampler.is_grid:
-            table += "\n" + display.cost_line(trials, self.config.max_steps)
+            table += "\n" + display.cost_line(
+                trials, self.config.max_steps, floor_of(study, self.s)
+            )
         print("\n".join([table, *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
@@ -335,7 +339,9 @@ class SweepRunner:
     def _job_ended(self, study: optuna.Study, job: Job, ret: JobReturn, pending: deque) -> None:
         flight = self.in_flight[job.trial.number]
         flight.ended[job.seed] = ret
-        if oa.job_error(ret) is not None:  # a seed broke: the configuration's verdict is in
+        if oa.job_error(ret) is not None and not counts_broken(
+            oa.fresh(study, oa.trial_id(job.trial)), job.seed, floor_of(study, self.s)
+        ):  # failed, or stopped and not counted at the floor: its outcome is in
             flight.phase = Phase.BROKEN
         if flight.seeds_ended:
             self._settle(study, flight, pending)
@@ -355,7 +361,13 @@ class SweepRunner:
             me = oa.fresh(study, oa.trial_id(flight.trial))
             grid = self.search_sampler.is_grid
             step = racing.look(
-                trials, me, self.s.max_seeds, self.s.maximize, grid, self.s.min_difference
+                trials,
+                me,
+                self.s.max_seeds,
+                self.s.maximize,
+                grid,
+                self.s.min_difference,
+                floor=floor_of(study, self.s),
             )
             if step.action == race.SEED:
                 flight.phase = Phase.TRAINING

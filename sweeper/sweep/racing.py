@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
-from judge.configs import config_of
+from judge.configs import config_of, counted
 from judge.race import HOPEFUL, POWER, Step, decide, minimal_difference
 from judge.stats import MIN_SEEDS
 from records.sweep import State, replicates
@@ -29,6 +29,7 @@ def look(
     wait_for_leader: bool = True,
     futility: str = POWER,
     leader_rule: str = HOPEFUL,
+    floor: float | None = None,
 ) -> Step:
     """`decide` for one configuration's trial, from the study's trials as they are now.
 
@@ -39,15 +40,16 @@ def look(
     (hydra.sweeper.min_difference; None: the eval's standard error, `minimal_difference`).
     wait_for_leader: a grid's stops against a leader still racing wait (False: the race
     before that rule, which bench/bench_cost.py replays beside it). futility, leader_rule:
-    judge/race.py's (the defaults are the sweeper's; bench_cost replays the others).
+    judge/race.py's (the defaults are the sweeper's; bench_cost replays the others). floor:
+    what a seed that broke counts at (judge/configs.py break_floor; None: it is not counted).
     """
     others, more_to_come, queued = [], False, 0
     for t in trials:
-        if t.number == me.number or t.state not in (TrialState.RUNNING, TrialState.COMPLETE):
+        if t.number == me.number or not (t.state == TrialState.RUNNING or counted(t, floor)):
             more_to_come |= t.state == TrialState.WAITING
             queued += t.state == TrialState.WAITING
             continue
-        entry = config_of(t)
+        entry = config_of(t, floor)
         others.append(entry)
         more_to_come |= t.state == TrialState.RUNNING and len(entry.values) < MIN_SEEDS
     configurations = 1 + len(others) + queued
@@ -57,7 +59,7 @@ def look(
             [r.stderr for t in raced for r in replicates(t) if r.state == State.COMPLETE]
         )
     return decide(
-        config_of(me),
+        config_of(me, floor),
         others,
         max_seeds,
         maximize,

@@ -1,9 +1,12 @@
 """What the study and MLflow are told when a configuration leaves this worker: its outcome
 (from what its seeds recorded), or, when it was interrupted or lost, its point queued again.
 
-A configuration is as healthy as its worst seed: one seed pruned (it broke) prunes the
-configuration; one failed fails it; otherwise its objective is the mean over its seeds, which
-is what TPE learns from (`combine`, pure).
+A configuration's objective is the mean over its seeds, which is what TPE learns from
+(`combine`, pure). A seed a health rule stopped broke: it counts at the objective's floor
+(judge/configs.py) when the objective's range is known, so the mean counts it as a run that
+came to nothing; a configuration every seed of which broke ends pruned. A seed stopped
+otherwise (the forecast; a broken seed with no floor) prunes the configuration, and one
+failed fails it.
 
 The loop (sweeper/sweep/loop.py) decides when; these say what is recorded.
 """
@@ -20,6 +23,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from judge.configs import break_floor, broke, broke_note
 from judge.forecast import is_unsafe
 from records.database import calm_for
 from records.metrics import is_finite_number
@@ -55,19 +59,23 @@ class ConfigOutcome:
     baseline: float | None  # mean eval reward at step 0
 
 
-def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
-    """The configuration's outcome from the seeds that ran (missing seeds never started)."""
+def combine(
+    replicates: Sequence[Replicate], expected: int, floor: float | None = None
+) -> ConfigOutcome:
+    """The configuration's outcome from the seeds that ran (missing seeds never started).
+    floor: what a seed that broke counts at (judge/configs.py break_floor; None: not counted)."""
     steps = sum(r.steps_run for r in replicates)
     baselines = [r.baseline for r in replicates if is_finite_number(r.baseline)]
     baseline = mean(baselines) if baselines else None
+    counted = [r for r in replicates if floor is not None and broke(r)]
     pruned = [r for r in replicates if r.state == State.PRUNED]
     failed = [r for r in replicates if r.state == State.FAIL]
-    if pruned:
+    done = [r for r in replicates if r.state == State.COMPLETE and is_finite_number(r.value)]
+    if pruned and (len(counted) < len(pruned) or not done):  # uncounted, or every seed broke
         first = min(pruned, key=lambda r: r.seed)
         reason = first.reason if expected == 1 else f"seed {first.seed}: {first.reason}"
         return ConfigOutcome(State.PRUNED, None, reason, first.breach, steps, baseline)
-    done = [r for r in replicates if r.state == State.COMPLETE and is_finite_number(r.value)]
-    if failed or len(done) < expected:
+    if failed or len(done) + len(counted) < expected:
         first = min(failed, key=lambda r: r.seed) if failed else None
         if first is None:
             reason = f"{expected - len(done)} of {expected} seeds ended without an objective"
@@ -76,7 +84,17 @@ def combine(replicates: Sequence[Replicate], expected: int) -> ConfigOutcome:
         else:
             reason = f"{len(failed)} of {expected} seeds failed; seed {first.seed}: {first.reason}"
         return ConfigOutcome(State.FAIL, None, reason, None, steps, baseline)
-    return ConfigOutcome(State.COMPLETE, mean(r.value for r in done), "", None, steps, baseline)
+    value = mean([r.value for r in done] + [floor] * len(counted))
+    if counted:
+        first = min(counted, key=lambda r: r.seed)
+        reason = f"{broke_note(len(counted), expected, floor)}; seed {first.seed}: {first.reason}"
+        return ConfigOutcome(State.COMPLETE, value, reason, first.breach, steps, baseline)
+    return ConfigOutcome(State.COMPLETE, value, "", None, steps, baseline)
+
+
+def floor_of(study: optuna.Study, settings: SweepSettings) -> float | None:
+    """What a seed that broke counts at in this study (judge/configs.py break_floor)."""
+    return break_floor(settings.objective, settings.maximize, study.get_trials(deepcopy=False))
 
 
 def tell_if_still_ours(
@@ -118,17 +136,17 @@ def tell_outcome(
             error = (ret and oa.job_error(ret)) or RuntimeError("the job ended without a record")
             recorded[seed] = _died(seed, mine, fail_reason(error))
             runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
-    out = combine([recorded[s] for s in flight.ended], len(flight.seeds))
+    out = combine([recorded[s] for s in flight.ended], len(flight.seeds), floor_of(study, settings))
     trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
     if out.baseline is not None:
         trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
+    if out.breach is not None:  # pruned, or completed with seeds that broke
+        trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
+        if is_unsafe(out.breach):  # a forecast's stop is no breach
+            trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see BREACH_CONSTRAINT
     if out.state == State.COMPLETE:
         study.tell(trial, values=out.value)
     elif out.state == State.PRUNED:
-        if out.breach is not None:
-            trial.set_user_attr(TrialAttr.PRUNE_REASON, out.breach)
-            if is_unsafe(out.breach):  # a forecast's stop is no breach
-                trial.set_constraint(BREACH_CONSTRAINT, 1.0)  # see BREACH_CONSTRAINT
         study.tell(trial, state=TrialState.PRUNED)
     else:
         trial.set_user_attr(TrialAttr.FAIL_REASON, out.reason)
