@@ -212,10 +212,17 @@ def verdict(
     gaps = {
         s.label: signed(judge.difference(best.config, s.config, level), sign) for s in ranked[1:]
     }
-    runner = ranked[1]
+    # A configuration with seeds that broke is no alternative to the best, whatever its
+    # interval: more seeds would not make it one. It is ranked, and named apart.
+    broke = [s.label for s in ranked[1:] if s.config.broke]
+    runner = next((s for s in ranked[1:] if s.label not in broke), ranked[1])
     diff = gaps[runner.label]
     # A difference with no interval (no stderr logged) is unknown, not a tie.
-    tied = [label for label, gap in gaps.items() if gap.known and not gap.excludes_zero]
+    tied = [
+        label
+        for label, gap in gaps.items()
+        if gap.known and not gap.excludes_zero and label not in broke
+    ]
     for s in ranked[1:]:
         detail.append(
             f"{best.label} - {s.label}: {gaps[s.label].estimate:.3g}, "
@@ -226,7 +233,7 @@ def verdict(
     cannot = [label for label in tied if _race_of(ranked, label).startswith("cannot beat")]
     eliminated = [label for label in tied if _race_of(ranked, label).startswith("eliminated")]
     group = [label for label in tied if label not in cannot and label not in eliminated]
-    unknown = [label for label, gap in gaps.items() if not gap.known]
+    unknown = [label for label, gap in gaps.items() if not gap.known and label not in broke]
     cause = None
     if group or unknown:
         names = _names([best.label, *group, *unknown])
@@ -246,8 +253,11 @@ def verdict(
             )
     else:
         params = show(best.config.params) or "defaults"
-        shown = [label for label in gaps if label not in cannot and label not in eliminated]
-        if not cannot and not eliminated:
+        apart = {*cannot, *eliminated, *broke}
+        shown = [label for label in gaps if label not in apart]
+        if len(broke) == len(gaps):  # every other broke: named below
+            decision = f"{best.label} ({params}) is the best: mean {_one_number(best)}."
+        elif not cannot and not eliminated:
             how = (
                 f"beat every other, {runner.label} by {diff.estimate:.3g} "
                 f"({level * 100:.4g}% CI {diff.low:.3g} to {diff.high:.3g})"
@@ -269,6 +279,8 @@ def verdict(
             how = "is the best; " + ", ".join(p for p in parts if p)
             decision = f"{best.label} ({params}) {how}: mean {_one_number(best)}."
         next_step = reuse(best.label, study)
+    if broke:
+        decision += f" {_names(broke)}: seeds broke (counted at the floor)."
     if max_seeds is not None:
         detail.append(race_line([s.config for s in ranked], max_seeds))
         if eliminated:
