@@ -990,10 +990,10 @@ def policy_of(attrs: Mapping[str, Any]) -> Policy:
     defaults = [r.as_dict() for r in default_rules(kl, objective)]
     if rules not in ([], defaults):
         raise ValueError("health rules other than the defaults or none: not a bench policy")
-    race = StudyAttr.MAX_SEEDS in attrs
+    raced = StudyAttr.MAX_SEEDS in attrs
     return Policy(
         "real",
-        "auto" if race else attrs[StudyAttr.SEEDS],
+        "auto" if raced else attrs[StudyAttr.SEEDS],
         attrs[StudyAttr.PRUNER],
         bool(rules),
         attrs.get(StudyAttr.MAX_SEEDS, GRPOSweeperConf.max_seeds),

@@ -435,3 +435,30 @@ def test_a_library_recorded_at_eval_every_1_replays_as_one_recorded_at_2(tmp_pat
         got[every] = only.steps("lr=0.001", 0, 10, frozenset({"loss", EVAL_REWARD, SE}))
     assert got[1] == got[2]
     assert [s for s, m in got[1] if EVAL_REWARD in m] == [0, 10, 20]
+
+
+def test_a_real_studys_settings_are_the_policy_it_is_replayed_with():
+    from records.sweep import StudyAttr
+    from trainer.run.health import default_rules
+
+    rules = [r.as_dict() for r in default_rules(0.01, EVAL_REWARD)]
+    attrs = {
+        StudyAttr.HEALTH_RULES: rules,
+        StudyAttr.KL_THRESHOLD: 0.01,
+        StudyAttr.OBJECTIVE: EVAL_REWARD,
+        StudyAttr.SEEDS: 2,
+        StudyAttr.MAX_SEEDS: 3,
+        StudyAttr.PRUNER: "none",
+        StudyAttr.FORECAST_LEVEL: 0.75,
+        StudyAttr.PRUNER_WARMUP_STEPS: 1,
+    }
+    raced = bc.policy_of(attrs)
+    assert (raced.seeds, raced.max_seeds, raced.health, raced.count_broken) == (
+        "auto",
+        3,
+        True,
+        True,
+    )
+    assert (raced.futility, raced.leader_rule) == ("power", "hopeful")  # the sweeper's
+    del attrs[StudyAttr.MAX_SEEDS]
+    assert bc.policy_of({**attrs, StudyAttr.HEALTH_RULES: []}).seeds == 2
