@@ -45,7 +45,7 @@ import re
 import sys
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,16 @@ class Policy:
         return self.max_seeds if self.race else int(self.seeds)
 
 
+# the sweeper's `seeds=auto` since issue 72 (judge/race.py's defaults, frozen on the
+# calibration pools before any held-out replay): race_power_max3
+DEFAULT = Policy(
+    "default",
+    "auto",
+    health=True,
+    max_seeds=GRPOSweeperConf.max_seeds,
+    futility=race.POWER,
+    leader_rule=race.HOPEFUL,
+)
 POLICIES = (
     Policy("fixed1", 1),
     Policy("fixed2", 2),
@@ -139,16 +149,7 @@ POLICIES = (
     Policy("racing_max3", "auto", max_seeds=3),
     Policy("ours", "auto", "forecast", health=True),
     Policy("ours_max3", "auto", "forecast", health=True, max_seeds=3),
-    # the sweeper's `seeds=auto` since issue 72 (judge/race.py's defaults, frozen on the
-    # calibration pools before any held-out replay): race_power_max3
-    Policy(
-        "default",
-        "auto",
-        health=True,
-        max_seeds=GRPOSweeperConf.max_seeds,
-        futility=race.POWER,
-        leader_rule=race.HOPEFUL,
-    ),
+    DEFAULT,
 )
 # Variants of ours, replayed on the calibration part to choose a default (bench/COST.md,
 # "The default"); named with --policies, not run by default.
@@ -181,15 +182,7 @@ VARIANTS = (
         "race_power_max3", "auto", health=True, max_seeds=3, futility="power", leader_rule="hopeful"
     ),
     # issue 72: the sweeper before a seed that broke counted at the floor
-    Policy(
-        "default_uncounted",
-        "auto",
-        health=True,
-        max_seeds=GRPOSweeperConf.max_seeds,
-        futility=race.POWER,
-        leader_rule=race.HOPEFUL,
-        count_broken=False,
-    ),
+    replace(DEFAULT, name="default_uncounted", count_broken=False),
     Policy("fixed2_health_uncounted", 2, health=True, count_broken=False),
     Policy("fixed3_health_uncounted", 3, health=True, count_broken=False),
     Policy(

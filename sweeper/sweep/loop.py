@@ -360,15 +360,8 @@ class SweepRunner:
             trials = study.get_trials(deepcopy=False)
             me = oa.fresh(study, oa.trial_id(flight.trial))
             grid = self.search_sampler.is_grid
-            step = racing.look(
-                trials,
-                me,
-                self.s.max_seeds,
-                self.s.maximize,
-                grid,
-                self.s.min_difference,
-                floor=floor_of(study, self.s),
-            )
+            settings = (self.s.max_seeds, self.s.maximize, grid, self.s.min_difference)
+            step = racing.look(trials, me, *settings, floor=floor_of(study, self.s))
             if step.action == race.SEED:
                 flight.phase = Phase.TRAINING
                 flight.seeds.append(max(flight.seeds) + 1)
