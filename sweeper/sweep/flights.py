@@ -4,7 +4,9 @@ stands, and the Hydra overrides each seed's job runs with.
 A configuration taken from the plan moves through these phases (the loop,
 sweeper/sweep/loop.py, makes the moves; this says what they are):
 
-    TRAINING --a seed fails or is pruned--> BROKEN --its started seeds end--> told
+    TRAINING --a seed fails, or is stopped and not counted at the floor--> BROKEN
+        --its started seeds end--> told
+    (a seed a health rule stops, with a floor to count it at, ends like any other: tell.py)
     TRAINING --every started seed ended--> a look (racing.py with seeds=auto, else STOP):
         SEED -> TRAINING (one more seed)    HOLD -> HOLDING    STOP -> told
     HOLDING --another configuration told, or a poll--> a look, as above
@@ -41,7 +43,7 @@ class Job:
 
 class Phase(Enum):
     TRAINING = "training"  # seeds queued or running
-    BROKEN = "broken"  # a seed broke: no more seeds start; told once the started ones end
+    BROKEN = "broken"  # a seed failed or stopped uncounted: no more start; told once all end
     HOLDING = "holding"  # seeds=auto, all seeds ended: it leads and waits for those to come,
     # or waits for a leader still racing to be judged again on the leader's last mean
 
