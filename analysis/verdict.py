@@ -170,8 +170,7 @@ def verdict(
     evidence = evidence or Evidence()
     judge = Judge([c for c in configs if c.values], raced=max_seeds is not None)
     summaries = [summarize(c, bounds, judge) for c in configs if c.values]
-    if all(c.broke == len(c.seeds) for c in configs):  # only floors: nothing to compare
-        summaries = []
+    if not summaries or all(c.broke == len(c.seeds) for c in configs):  # none, or floors only
         if broken:
             return Verdict(
                 [],

@@ -108,10 +108,14 @@ def break_floor(objective: str, maximize: bool, trials: Iterable[FrozenTrial]) -
     return bounds[0] if maximize else bounds[1]
 
 
+def at_floor(record: Replicate, floor: float | None) -> bool:
+    """Whether a seed counts at the floor: it broke, and there is a floor to count it at."""
+    return floor is not None and broke(record)
+
+
 def counts_broken(trial: FrozenTrial, seed: int, floor: float | None) -> bool:
-    """Whether the trial's `seed` broke and counts at the floor (there is one)."""
-    mine = [r for r in replicates(trial) if r.seed == seed]
-    return floor is not None and bool(mine) and broke(mine[0])
+    """Whether the trial's `seed` broke and counts at the floor."""
+    return any(at_floor(r, floor) for r in replicates(trial) if r.seed == seed)
 
 
 def broke_note(broken: int, seeds: int, floor: float) -> str:
@@ -121,7 +125,7 @@ def broke_note(broken: int, seeds: int, floor: float) -> str:
 
 def seed_of(record: Replicate, floor: float | None) -> Seed:
     """One seed as the judge counts it: a broken one at the floor, when there is one."""
-    if floor is not None and broke(record):
+    if at_floor(record, floor):
         return Seed(record.seed, floor, broke=True)
     return Seed(record.seed, record.value, record.stderr, record.per_problem)
 

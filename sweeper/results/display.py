@@ -26,7 +26,7 @@ from analysis.verdict import (
     Verdict,
     interval_cells,
 )
-from judge.configs import broke
+from judge.configs import at_floor
 from records.metrics import REWARD
 from records.sweep import (
     Replicate,
@@ -326,9 +326,7 @@ def with_rules_grid(
     else it ends the configuration there (pruned uncounted, failed), as the grid would; a seed
     not run (or still running), the mean steps of the configuration's ended seeds that the
     grid would go on after (max_steps where there are none), estimated."""
-    goes_on = [
-        r for r in seeds.values() if r.state == State.COMPLETE or (floor is not None and broke(r))
-    ]
+    goes_on = [r for r in seeds.values() if r.state == State.COMPLETE or at_floor(r, floor)]
     guess = sum(r.steps_run or 0 for r in goes_on) / len(goes_on) if goes_on else float(max_steps)
     steps = estimated = 0.0
     ordered = sorted(seeds)

@@ -170,9 +170,8 @@ class SweepRunner:
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
         table = final_table(study, verdict, self.config.hydra.verbose)
         if self.search_sampler.is_grid:
-            table += "\n" + display.cost_line(
-                trials, self.config.max_steps, floor_of(study, self.s)
-            )
+            floor = floor_of(trials, self.s)
+            table += "\n" + display.cost_line(trials, self.config.max_steps, floor)
         print("\n".join([table, *(["", *link] if link else [])]), flush=True)
         stopped = study.user_attrs.get(StudyAttr.STOPPED)
         line = progress_line(study, self.search_sampler.planned, self.s.maximize)
@@ -340,7 +339,9 @@ class SweepRunner:
         flight = self.in_flight[job.trial.number]
         flight.ended[job.seed] = ret
         if oa.job_error(ret) is not None and not counts_broken(
-            oa.fresh(study, oa.trial_id(job.trial)), job.seed, floor_of(study, self.s)
+            oa.fresh(study, oa.trial_id(job.trial)),
+            job.seed,
+            floor_of(study.get_trials(deepcopy=False), self.s),
         ):  # failed, or stopped and not counted at the floor: its outcome is in
             flight.phase = Phase.BROKEN
         if flight.seeds_ended:
@@ -361,7 +362,7 @@ class SweepRunner:
             me = oa.fresh(study, oa.trial_id(flight.trial))
             grid = self.search_sampler.is_grid
             settings = (self.s.max_seeds, self.s.maximize, grid, self.s.min_difference)
-            step = racing.look(trials, me, *settings, floor=floor_of(study, self.s))
+            step = racing.look(trials, me, *settings, floor=floor_of(trials, self.s))
             if step.action == race.SEED:
                 flight.phase = Phase.TRAINING
                 flight.seeds.append(max(flight.seeds) + 1)

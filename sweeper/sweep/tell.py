@@ -23,7 +23,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from judge.configs import break_floor, broke, broke_note
+from judge.configs import at_floor, break_floor, broke_note
 from judge.forecast import is_unsafe
 from records.database import calm_for
 from records.metrics import is_finite_number
@@ -67,7 +67,7 @@ def combine(
     steps = sum(r.steps_run for r in replicates)
     baselines = [r.baseline for r in replicates if is_finite_number(r.baseline)]
     baseline = mean(baselines) if baselines else None
-    counted = [r for r in replicates if floor is not None and broke(r)]
+    counted = [r for r in replicates if at_floor(r, floor)]
     pruned = [r for r in replicates if r.state == State.PRUNED]
     failed = [r for r in replicates if r.state == State.FAIL]
     done = [r for r in replicates if r.state == State.COMPLETE and is_finite_number(r.value)]
@@ -92,9 +92,9 @@ def combine(
     return ConfigOutcome(State.COMPLETE, value, "", None, steps, baseline)
 
 
-def floor_of(study: optuna.Study, settings: SweepSettings) -> float | None:
+def floor_of(trials: Sequence[FrozenTrial], settings: SweepSettings) -> float | None:
     """What a seed that broke counts at in this study (judge/configs.py break_floor)."""
-    return break_floor(settings.objective, settings.maximize, study.get_trials(deepcopy=False))
+    return break_floor(settings.objective, settings.maximize, trials)
 
 
 def tell_if_still_ours(
@@ -136,7 +136,8 @@ def tell_outcome(
             error = (ret and oa.job_error(ret)) or RuntimeError("the job ended without a record")
             recorded[seed] = _died(seed, mine, fail_reason(error))
             runs.close_trial_run(recorded[seed].run_id, State.FAIL, recorded[seed].reason)
-    out = combine([recorded[s] for s in flight.ended], len(flight.seeds), floor_of(study, settings))
+    floor = floor_of(study.get_trials(deepcopy=False), settings)
+    out = combine([recorded[s] for s in flight.ended], len(flight.seeds), floor)
     trial.set_user_attr(TrialAttr.STEPS_RUN, out.steps_run)
     if out.baseline is not None:
         trial.set_user_attr(TrialAttr.BASELINE, out.baseline)
