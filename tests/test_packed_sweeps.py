@@ -4,7 +4,8 @@ an unpacked sweep runs: its own MLflow run with the same curves, its own Optuna 
 same reports and outcome; one a health rule prunes and one that fails leave the pack alone;
 SIGTERM stops every member and the same command resumes each from its own checkpoint. A
 queued job takes the slot of a member that ended while the pack runs (one that cannot share
-the pack's model runs after it)."""
+the pack's model runs after it).
+`hydra.sweeper.pack=auto` packs a small batch's jobs."""
 
 from __future__ import annotations
 
@@ -209,3 +210,15 @@ def test_a_queued_job_that_cannot_share_the_model_runs_after_the_pack(tmp_path):
     assert runs[1].end_time <= runs[2].start_time  # after the pack
     (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
     assert "t2 runs after the pack: lora_rank" in log.read_text()
+
+
+def test_pack_auto_packs_a_small_batch_and_says_why(tmp_path):
+    """2 x 2 rollouts a step on a CPU: auto packs, up to the sweep's 2 jobs
+    (sweeper/plan/pack_size.py; tests/test_pack_size.py holds its arithmetic)."""
+    done = run_sweep(tmp_path, "lr=1e-3,2e-3", *SHAPE, "hydra.sweeper.pack=auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = "pack=auto: 2 (CPU, 4 rollouts a step: packed up to 256 rollouts, at most 8 and 2 jobs)"
+    assert said in done.stdout + done.stderr
+    assert [t.state.name for t in study_in(tmp_path).trials] == ["COMPLETE", "COMPLETE"]
+    (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
+    assert "packing t0, t1 on one base model" in log.read_text()
