@@ -4,7 +4,7 @@ an unpacked sweep runs: its own MLflow run with the same curves, its own Optuna 
 same reports and outcome; one a health rule prunes and one that fails leave the pack alone;
 SIGTERM stops every member and the same command resumes each from its own checkpoint. A
 queued job takes the slot of a member that ended while the pack runs (one that cannot share
-the pack's model runs after it).
+the pack's model runs after it, one whose config no longer composes fails alone).
 `hydra.sweeper.pack=auto` packs a small batch's jobs."""
 
 from __future__ import annotations
@@ -210,6 +210,42 @@ def test_a_queued_job_that_cannot_share_the_model_runs_after_the_pack(tmp_path):
     assert runs[1].end_time <= runs[2].start_time  # after the pack
     (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
     assert "t2 runs after the pack: lora_rank" in log.read_text()
+
+
+def test_a_queued_job_whose_config_no_longer_composes_fails_alone(tmp_path):
+    """t2's config file goes once the pack of t0 and t1 has started: when t2 would take pruned
+    t0's slot, its config does not compose. t2 fails with that error; t1 trains on."""
+    lrs = tmp_path / "tuned"  # the working directory's configs (hydra_plugins/grpo_sweeper)
+    lrs.mkdir()
+    for name, lr in {"big": "3e-2", "small": "1e-3", "gone": "2e-3"}.items():
+        (lrs / f"{name}.yaml").write_text(f"# @package _global_\nlr: {lr}\n")
+    args = ["+tuned=big,small,gone", *REFILLED[1:]]
+    # A job that never started is lost, as a solo job whose config does not compose: queued
+    # again up to max_lost_in_a_row times (sweeper/study/recovery.py). 1: it fails at once.
+    args += ["max_steps=6", "hydra.sweeper.pack=2", "hydra.sweeper.max_lost_in_a_row=1"]
+    sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while "packing t0, t1" not in "".join(
+        p.read_text() for p in tmp_path.glob("multirun/*/*/t0/*.log")
+    ):
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the pack did not start"
+        time.sleep(0.05)
+    (lrs / "gone.yaml").unlink()
+    gone_at = time.time()
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, stderr[-3000:]
+    trials = {t.number: t for t in study_in(tmp_path).trials}
+    assert {n: t.state.name for n, t in trials.items()} == {0: "PRUNED", 1: "COMPLETE", 2: "FAIL"}
+    reason = trials[2].user_attrs[TrialAttr.FAIL_REASON]
+    assert "its job died" in reason and "tuned/gone" in reason, reason
+    assert replicates(trials[2]) == []  # it never started: no record, no MLflow run of its own
+    client = MlflowClient(mlflow_uri(tmp_path))
+    pruned, completed = (client.get_run(replicates(trials[n])[0].run_id).info for n in (0, 1))
+    assert gone_at * 1000 < pruned.end_time  # the file went while t0 still trained
+    assert completed.status == "FINISHED" and replicates(trials[1])[0].steps_run == 6
+    (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
+    assert "trial 2's job cannot join the pack" in log.read_text()
 
 
 def test_pack_auto_packs_a_small_batch_and_says_why(tmp_path):
