@@ -12,6 +12,7 @@ plan/        what a sweep will run, decided and checked before anything heavy lo
   settings_schema  the sweeper's settings as typed (hydra.sweeper.*), which Hydra's plugin
                    registers
   settings        the sweeper's settings, resolved and checked once
+  pack_size       pack=auto: how many jobs a pack takes, from the batch and the device
   space           the search space from Hydra overrides (choices, ranges, intervals)
   search_sampler  the search sampler (Optuna's, not the LLM's) and how many trials it plans
   breaches        searching samplers kept off regions where health rules fired

@@ -22,6 +22,7 @@ from records.database import (
 )
 from records.metrics import EVAL_REWARD
 from sweeper import SweepError
+from sweeper.plan.pack_size import AUTO
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from trainer.run.health import HealthRule, default_rules, rules_from_settings
 
@@ -57,7 +58,8 @@ class SweepSettings:
     terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
-    pack: int  # jobs trained as one pack (trainer/packed/); 1: one at a time
+    pack: int | str  # jobs trained as one pack (trainer/packed/); 1: one at a time; auto: K
+    # chosen by plan_sweep (sweeper/plan/pack_size.py), an int once the plan is made
     max_failure_rate: float
     max_grid_size: int
     storage: str  # absolute URL
@@ -111,7 +113,12 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
     )
     _require(conf.n_jobs >= 1, "n_jobs", conf.n_jobs, "must be >= 1")
     pack = conf.pack
-    _require(isinstance(pack, int) and pack >= 1, "pack", pack, "must be an integer >= 1")
+    _require(
+        pack == AUTO or (isinstance(pack, int) and not isinstance(pack, bool) and pack >= 1),
+        "pack",
+        pack,
+        "must be an integer >= 1, or auto (K from the batch and the device)",
+    )
     rate = conf.max_failure_rate
     _require(0 <= rate <= 1, "max_failure_rate", rate, "must be in [0, 1]")
     _require(conf.max_grid_size >= 1, "max_grid_size", conf.max_grid_size, "must be >= 1")

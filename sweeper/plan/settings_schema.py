@@ -69,7 +69,9 @@ class GRPOSweeperConf:
     # a model (another model, LoRA rank or targets, sampler) run one at a time as with 1.
     # The basic launcher only. 1 (no packing) is the default because a pack is slower than
     # its trials one at a time on a 2-core CPU at the default shapes (bench/PACKED.md).
-    pack: int = 1
+    # auto: K from what was measured: on a CPU, packs only small batches (bench/PACKED.md);
+    # on a GPU, as many members as its free memory holds (sweeper/plan/pack_size.py).
+    pack: Any = 1
     # One run per GPU: a pool such as [cuda:0, cuda:1] (or [0, 1]); each run at once gets its
     # own device as model.device and gives it back when it ends. null: no pool.
     devices: list[str] | None = None

@@ -9,6 +9,7 @@ them afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,6 +20,7 @@ from omegaconf import DictConfig
 
 from sweeper import SweepError
 from sweeper.plan.eval_power import warn_eval_size
+from sweeper.plan.pack_size import AUTO, auto_pack
 from sweeper.plan.preflight import check_configurations
 from sweeper.plan.search_sampler import SearchSampler, choose_search_sampler
 from sweeper.plan.settings import SweepSettings, resolve_settings
@@ -64,6 +66,9 @@ def plan_sweep(
             f"{search_sampler.planned} points; to run them all, confirm with "
             f"hydra.sweeper.max_grid_size={search_sampler.planned}"
         )
+    if s.pack == AUTO:  # once the sweep holds: its largest batch is a valid one
+        jobs = search_sampler.planned * (s.max_seeds if s.race else s.seeds)
+        s = dataclasses.replace(s, pack=auto_pack(master_config, space, jobs))
     return SweepPlan(s, space, search_sampler, name)
 
 

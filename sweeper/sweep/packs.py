@@ -14,6 +14,8 @@ Slot refill: as a member ends, the sweep processes its end at once (run_refilled
 told, its race's look) and gives the next queued job, which joins the running pack in its
 slot (launch's `more`, between the host's rounds), so a pack stays at K members while work
 is queued: a seed the race adds, or the trial Optuna asks next, need not wait for the pack.
+A job that cannot join (its config no longer composes) fails alone, as a member that fails
+in training does, and the next queued job is given its slot.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def launch(
         else:
             packed = _run_pack(hydra_context, task_function, jobs, group, more)
             returns.update(zip(group, packed, strict=True))  # group: its members, joined too
+    returns.update(jobs.failed)  # handed on as they failed to join
     for i in jobs.later:
         returns[i] = launcher.launch([jobs.overrides[i]], initial_job_idx=jobs.ids[i])[0]
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)  # as the launcher does
@@ -166,12 +169,21 @@ class _Jobs:
             _job_config(hydra_context, config, o, i) for o, i in zip(overrides, ids, strict=True)
         ]
         self.later: list[int] = []  # added, but could not share the pack's model
+        self.failed: dict[int, JobReturn] = {}  # added, but could not join (failed alone)
 
     def add(self, overrides: list[str], idx: int) -> int:
+        """A job `more` gave, its place kept before its config composes (if it does not, the
+        job fails alone, in that place)."""
         self.overrides.append(overrides)
         self.ids.append(idx)
-        self.configs.append(_job_config(self.hydra_context, self.config, overrides, idx))
+        self.configs.append(None)
         return len(self.configs) - 1
+
+    def compose(self, i: int) -> DictConfig:
+        self.configs[i] = _job_config(
+            self.hydra_context, self.config, self.overrides[i], self.ids[i]
+        )
+        return self.configs[i]
 
 
 def _run_pack(
@@ -197,12 +209,24 @@ def _run_pack(
         )
 
     def member_ended(member: int, result: Any) -> Callable[[], Any] | None:
-        """The job that takes the ended member's slot, if `more` gives one that fits."""
-        job = more(group[member], _job_return(result)) if more and not jobs.later else None
-        if job is None:
-            return None
-        i = jobs.add(*job)
-        cfg = jobs.configs[i]
+        """The job that takes the ended member's slot, if `more` gives one that fits. One that
+        cannot join (its config does not compose, its log file does not open) fails alone,
+        as a member that fails in training: its end is handed on at once, and the job `more`
+        gives then is asked to take the slot in its stead."""
+        index, ret = group[member], _job_return(result)
+        while more and not jobs.later and (job := more(index, ret)) is not None:
+            index = jobs.add(*job)
+            try:
+                return join(index)
+            except Exception as e:  # before its body runs: the pack's own thread, not its
+                error = one_line(e)
+                ret = jobs.failed[index] = oa.failed_return(RuntimeError(error))
+                log.warning("trial %d's job cannot join the pack: %s", jobs.ids[index], error)
+        return None
+
+    def join(i: int) -> Callable[[], Any] | None:
+        """Job i's body, to join the pack; None when it cannot share the pack's model."""
+        cfg = jobs.compose(i)
         try:
             check_packable([members[0], cfg])
         except ConfigError as e:
