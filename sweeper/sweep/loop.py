@@ -39,14 +39,7 @@ from analysis.verdict import study_verdict
 from judge import race
 from judge.configs import counts_broken
 from records.database import DatabaseUnreachable
-from records.sweep import (
-    State,
-    StudyAttr,
-    TrialAttr,
-    best_trial,
-    is_interrupted,
-    replicates,
-)
+from records.sweep import State, StudyAttr, TrialAttr, best_trial, is_interrupted, replicates
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from sweeper.plan.preflight import one_line
@@ -149,10 +142,9 @@ class SweepRunner:
         if type(self.launcher).__name__ == "BasicLauncher":
             if self.s.n_jobs > 1:
                 log.warning(
-                    "hydra.sweeper.n_jobs=%d with the basic launcher runs one trial at a time; "
-                    "use hydra/launcher=joblib for %d at once",
-                    self.s.n_jobs,
-                    self.s.n_jobs,
+                    "hydra.sweeper.n_jobs=%(n)d with the basic launcher runs one trial at a time; "
+                    "use hydra/launcher=joblib for %(n)d at once",
+                    {"n": self.s.n_jobs},
                 )
             return 1
         if self.s.pack > 1:
