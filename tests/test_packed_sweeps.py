@@ -6,7 +6,7 @@ SIGTERM stops every member and the same command resumes each from its own checkp
 queued job takes the slot of a member that ended while the pack runs (one that cannot share
 the pack's model runs after it; one whose config no longer composes, or whose setup raises
 before its first step, fails alone).
-`hydra.sweeper.pack=auto` packs a small batch's jobs."""
+`hydra.sweeper.pack=auto` packs the first test's small batch."""
 
 from __future__ import annotations
 
@@ -61,10 +61,14 @@ def outcomes(cwd: Path) -> dict[float, tuple]:
 
 def test_a_packed_sweep_records_each_trial_as_the_unpacked_sweep_does(tmp_path):
     solo, packed = tmp_path / "solo", tmp_path / "packed"
-    for cwd, pack in ((solo, 1), (packed, 3)):
+    for cwd, pack in ((solo, 1), (packed, "auto")):
         cwd.mkdir()
         done = run_sweep(cwd, *MIXED, f"hydra.sweeper.pack={pack}")
         assert done.returncode == 0, done.stderr[-3000:]
+    # auto: 2 x 2 rollouts a step on a CPU packs, up to the sweep's 3 jobs
+    # (sweeper/plan/pack_size.py; tests/test_pack_size.py holds its arithmetic)
+    said = "pack=auto: 3 (CPU, 4 rollouts a step: packed up to 256 rollouts, at most 8 and 3 jobs)"
+    assert said in done.stdout + done.stderr
     ran, expected = outcomes(packed), outcomes(solo)
     assert {lr: o[0] for lr, o in ran.items()} == {1e-3: "COMPLETE", 3e-2: "PRUNED", 1e30: "FAIL"}
     for lr, (state, value, reports, seed) in ran.items():
@@ -278,15 +282,3 @@ def test_a_joined_job_whose_setup_raises_before_training_fails_alone(tmp_path):
     assert seed.state == State.FAIL and not seed.steps_run, seed
     (log,) = (tmp_path / "multirun").glob("*/*/t2/*.log")
     assert "t2 joins the pack at round" in log.read_text()
-
-
-def test_pack_auto_packs_a_small_batch_and_says_why(tmp_path):
-    """2 x 2 rollouts a step on a CPU: auto packs, up to the sweep's 2 jobs
-    (sweeper/plan/pack_size.py; tests/test_pack_size.py holds its arithmetic)."""
-    done = run_sweep(tmp_path, "lr=1e-3,2e-3", *SHAPE, "hydra.sweeper.pack=auto")
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = "pack=auto: 2 (CPU, 4 rollouts a step: packed up to 256 rollouts, at most 8 and 2 jobs)"
-    assert said in done.stdout + done.stderr
-    assert [t.state.name for t in study_in(tmp_path).trials] == ["COMPLETE", "COMPLETE"]
-    (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
-    assert "packing t0, t1 on one base model" in log.read_text()
