@@ -6,8 +6,11 @@
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
   health_callback  our health rules in a user's own GRPOTrainer script (no sweep)
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
-  recipe       a `trl grpo --config` YAML as our config (backend.config), and back
+  recipe       a `trl grpo --config` YAML as our config (backend.config)
+  recipe_file  the YAML read as `trl grpo --config` reads it, refused in one line
+  recipe_model  a recipe's ModelConfig as our model and LoRA keys
   recipe_task  a recipe's dataset and reward_funcs as our task
+  tuned_recipe  back: the recipe with a trial's tuned values, for `trl grpo --config`
 
 `train(cfg, reporter)` is the backend; `train_rank` is what each process of a run runs (one
 process on CPU: `train` calls it here). TRL, transformers and PEFT load only inside them.
