@@ -34,12 +34,12 @@ from records.database import (
     missing_driver,
     retried,
     retrying,
-    schema_lock,
     scheme,
     shown_url,
     sqlite_path,
 )
 from records.errors import StoreUnusable, first_line
+from records.leases import schema_lock
 from records.sqlite_schema import Schema, made_whole
 
 # Keys that describe where a run lives, not what it trains: never params, never tuned values.

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
 from analysis import load
-from records.database import SCHEMA_BARRIER_ENV
+from records.leases import SCHEMA_BARRIER_ENV
 from records.sweep import Role, State, Tag, TrialAttr, is_interrupted, replicates
 
 pytestmark = pytest.mark.slow
