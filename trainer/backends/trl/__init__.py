@@ -1,6 +1,8 @@
 """TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
-  mapping      our keys -> GRPOConfig (the one table), TRL's metric names as ours, the checks
+  mapping      our keys -> GRPOConfig (the one table)
+  checks       what backend=trl refuses, one line each (no TRL import)
+  metric_names  TRL's logged metric names as ours
   data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
@@ -70,7 +72,7 @@ def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]
 def given_metrics(cfg: DictConfig) -> set[str]:
     """The metrics of ours this backend reports under fixed names (callback.py maps TRL's
     logs; grpo.py says when TRL keeps what the sampler-vs-learner KL needs)."""
-    from trainer.backends.trl.mapping import SAME_MEANING
+    from trainer.backends.trl.metric_names import SAME_MEANING
 
     given = {*SAME_MEANING.values(), metrics_names.GROUPS_MIXED}
     given.add(metrics_names.GROUPS_ZERO_ADVANTAGE)
@@ -94,7 +96,7 @@ def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | No
 def unreported_rules(given: set[str], rules: Iterable[HealthRule]) -> str | None:
     """Which rules read a metric outside `given` (and outside the families a TRL run may log),
     in a clause, or None."""
-    from trainer.backends.trl.mapping import TRL_PREFIX
+    from trainer.backends.trl.metric_names import TRL_PREFIX
 
     families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
     missing = [
@@ -119,10 +121,10 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
 
     from trainer.backends.trl.callback import Reporting
     from trainer.backends.trl.checkpoints import newest_usable, step_of
+    from trainer.backends.trl.checks import validate as validate_trl
     from trainer.backends.trl.data import training_data
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
-    from trainer.backends.trl.mapping import validate as validate_trl
     from trainer.backends.trl.recipe import notes as recipe_notes
     from trainer.env.prompts import PromptRenderer, prompt_settings
     from trainer.env.rewards import use_tokenizer

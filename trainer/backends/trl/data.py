@@ -105,7 +105,7 @@ def trl_reward_model(reward: RewardModel) -> str:
     RewardModel, reads the reward TRL trains on; handing TRL our CPU copy instead would score
     every training batch on the CPU. TRL loads it float32 (no model_init_kwargs: backend=trl
     trains float32, as `trl grpo` loads it with the recipe's dtype), as RewardModel does; its
-    chat template gets GRPOConfig's chat_template_kwargs, which mapping.validate checks are
+    chat template gets GRPOConfig's chat_template_kwargs, which checks.validate checks are
     RewardModel's."""
     return reward.path
 
