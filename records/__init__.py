@@ -10,7 +10,8 @@ sweeper and the analysis all stand on. It imports none of them (tests/test_impor
   leases          locks a database restart does not drop, the writes they fence, schema_lock
   locks           flock on a local file several processes share
   sqlite_schema   a SQLite store's tables made in one transaction; another client's waited on
-  tracking        MLflow: every write of the project, through a client that outlasts a restart
+  tracking        MLflow: every write of the project, through tracking_store's client
+  tracking_store  MLflow's store checked, created safely, every call retried (its client)
   optuna_storage  Optuna's storage opened safely, every call retried, the plan's lock
   tuned_file      tuned/<study>.yaml: the best trial's settings, written and read back
 

@@ -4,7 +4,7 @@ what several processes must not do at once (create a schema, change a plan) are
 records/leases.py.
 
 Shared by both stores a sweep writes: Optuna's storage (records/optuna_storage.py) and MLflow's
-tracking store (records/tracking.py). A restart, a failover or a network blip drops every
+tracking store (records/tracking_store.py). A restart, a failover or a network blip drops every
 connection; SQLAlchemy's pool_pre_ping replaces a dead pooled connection, and `retried`
 waits out the seconds the server is away, for a bounded window, then says the database is
 unreachable in one line.

@@ -35,7 +35,8 @@ from test_database_faults import TINY
 from records import sqlite_schema
 from records.leases import SCHEMA_BARRIER_ENV
 from records.optuna_storage import open_storage
-from records.tracking import MLflowRun, tracking_client
+from records.tracking import MLflowRun
+from records.tracking_store import tracking_client
 
 pytestmark = pytest.mark.slow
 
