@@ -127,8 +127,8 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
     from trainer.backends.trl.mapping import grpo_kwargs
     from trainer.backends.trl.recipe import notes as recipe_notes
     from trainer.env.prompts import PromptRenderer, prompt_settings
-    from trainer.env.rewards import use_tokenizer
     from trainer.env.tasks import make_task
+    from trainer.env.trl_rewards import use_tokenizer
     from trainer.model.rollout import eos_ids
     from trainer.run.lr import resolve_lr
     from trainer.run.train import TrainResult, report_resumed

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainer.backends.trl.mapping import LOSSES, MICRO_BATCHING, TABLE
 from trainer.base.errors import ConfigError
 from trainer.env.reward_model import TARGET as REWARD_MODEL
-from trainer.env.rewards import STYLE_TRL, is_trl_style
+from trainer.env.trl_rewards import STYLE_TRL, is_trl_style
 
 
 def _refuse(key: str, value: Any, rule: str) -> None:
