@@ -16,7 +16,7 @@ from typing import Any
 
 from analysis.load import AnalysisError, history
 from analysis.rule_replay import Run, Steps, run_rules
-from trainer.backends.trl.mapping import logged_as_ours
+from trainer.backends.trl.metric_names import logged_as_ours
 from trainer.run.health import Breach, HealthRule
 
 # The GRPOConfig params TRL's MLflow run records: a step of ours is a generation round

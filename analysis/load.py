@@ -313,7 +313,7 @@ def mlflow_client(uri: str) -> Any:
     path = sqlite_path(uri)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    from records.tracking import ResilientMlflowClient, mlflow_schema
+    from records.tracking_store import ResilientMlflowClient, mlflow_schema
 
     if scheme(uri) not in DATABASE_SCHEMES:  # a server: MLflow's own retries (quick_mlflow)
         return MlflowClient(uri)

@@ -64,7 +64,7 @@ def _render(data: StudyData, number: int, overrides: list[str], trl_recipe: bool
 
 
 def _recipe(cfg, overrides: list[str], notes: dict) -> str:
-    from trainer.backends.trl.recipe import tuned_recipe
+    from trainer.backends.trl.tuned_recipe import tuned_recipe
     from trainer.base.errors import ConfigError
 
     if not cfg.backend.get("config"):

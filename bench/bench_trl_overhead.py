@@ -75,7 +75,8 @@ def by_hand(cfg) -> list[float]:
 
 
 def through_backend(cfg) -> list[float]:
-    from records.tracking import MLflowReporter, MLflowRun, tracking_client
+    from records.tracking import MLflowReporter, MLflowRun
+    from records.tracking_store import tracking_client
     from trainer.backends.trl import train_rank
 
     with tempfile.TemporaryDirectory() as store:

@@ -24,16 +24,14 @@ from optuna.trial import FrozenTrial, TrialState
 from records.database import (
     DatabaseUnreachable,
     created_despite_others,
-    fence_writes,
-    lease,
     retried,
     retrying,
-    schema_lock,
     scheme,
     shown_url,
     sqlite_path,
 )
 from records.errors import StoreUnusable, first_line
+from records.leases import fence_writes, lease, schema_lock
 from records.locks import flocked
 from records.sqlite_schema import Schema, made_whole
 
@@ -137,7 +135,7 @@ def open_storage(
     patient=False: a database that cannot be reached now fails at once, as bad input does
     (the sweep's first contact). Jobs are patient: the sweep reached it a moment ago.
     Workers started together on a fresh database would race to create Optuna's tables: one
-    at a time creates or checks them (records.database.schema_lock).
+    at a time creates or checks them (records.leases.schema_lock).
     """
     path = sqlite_path(url)
     if path:
@@ -215,7 +213,7 @@ def exclusive(url: str) -> Iterator[None]:
     too, and the point runs twice.
 
     SQLite: an flock on the database file (SQLite ignores FOR UPDATE, and its own locks are
-    per write). PostgreSQL: a lease row (records.database.lease), which a server restart
+    per write). PostgreSQL: a lease row (records.leases.lease), which a server restart
     does not drop. Both are let go when the process dies (the kernel closes the file; the
     server sees the lease's session end), so a kill -9 never leaves one held. MySQL: no plan-wide lock; taking a slot is still exclusive through the row lock
     Optuna takes (SELECT ... FOR UPDATE) when it moves the trial WAITING -> RUNNING.

@@ -17,7 +17,7 @@ import pytest
 from conftest import RACE_ROUNDS, one_seed_unless_named
 from mlflow.tracking import MlflowClient
 
-from records.database import SCHEMA_BARRIER_ENV
+from records.leases import SCHEMA_BARRIER_ENV
 from records.sweep import Role, Tag
 
 pytestmark = pytest.mark.slow

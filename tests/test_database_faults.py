@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from pg_server import own_postgres, postgres  # noqa: F401  (fixtures)
 
 from analysis import load
-from records.database import SCHEMA_BARRIER_ENV
+from records.leases import SCHEMA_BARRIER_ENV
 from records.sweep import Role, State, Tag, TrialAttr, is_interrupted, replicates
 
 pytestmark = pytest.mark.slow
@@ -357,7 +357,8 @@ def test_a_metric_write_retried_after_an_outage_first_asks_whether_the_job_is_st
     is never written. Found as a step logged twice in tests/test_hosts_apart.py."""
     import threading
 
-    from records.tracking import MLflowRun, tracking_client
+    from records.tracking import MLflowRun
+    from records.tracking_store import tracking_client
     from sweeper.sweep.job import TakenOver
 
     client = tracking_client(own_postgres.database("mlflow_retry"))

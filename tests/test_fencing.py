@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from pg_server import postgres  # noqa: F401  (fixture)
 
-from records.database import LEASE_TABLE, LeaseLost, lease
+from records.leases import LEASE_TABLE, LeaseLost, lease
 from records.optuna_storage import exclusive, open_storage, store_name
 
 pytestmark = pytest.mark.postgres

@@ -16,7 +16,8 @@ from optuna.distributions import CategoricalDistribution
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from records.optuna_storage import open_storage
-from records.tracking import MLflowRun, experiment_id, tracking_client
+from records.tracking import MLflowRun, experiment_id
+from records.tracking_store import tracking_client
 from sweeper.study import slots
 
 

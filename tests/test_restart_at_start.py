@@ -1,5 +1,5 @@
 """A server restart while two workers start on a fresh PostgreSQL database: the schema lock is
-a lease row (records.database.lease), so the restart does not hand it to the waiting worker
+a lease row (records.leases.lease), so the restart does not hand it to the waiting worker
 while its holder is still creating the schema; one schema, both workers up. A session
 advisory lock, which this replaced, went to the waiter the moment the server came back."""
 
@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from pg_server import own_postgres  # noqa: F401  (fixture)
 
-from records.database import LEASE_HOLD_ENV
+from records.leases import LEASE_HOLD_ENV
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -18,8 +18,8 @@ from trainer.backends import validate
 from trainer.base.errors import ConfigError
 from trainer.env.reward_check import check_rewards, check_task_rewards
 from trainer.env.reward_model import TARGET, RewardModel
-from trainer.env.rewards import TrlStyleReward
 from trainer.env.tasks import Problem, SplitTask, make_task
+from trainer.env.trl_rewards import TrlStyleReward
 
 # The tiny tokenizer knows digits, + - * / = and space: a template of those alone
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -103,7 +103,7 @@ CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 
 def test_trl_kwargs_are_message_lists_for_a_conversational_row():
-    from trainer.env.rewards import trl_kwargs
+    from trainer.env.trl_rewards import trl_kwargs
 
     rows = [Problem(CHAT, "5", columns={"solution": "5", "level": 1}), Problem(CHAT, "5")]
     got = trl_kwargs(rows, ["5", ""], [[20], []])
@@ -119,7 +119,7 @@ def test_trl_kwargs_are_message_lists_for_a_conversational_row():
 
 
 def test_trl_kwargs_are_strings_for_a_standard_row():
-    from trainer.env.rewards import trl_kwargs
+    from trainer.env.trl_rewards import trl_kwargs
 
     got = trl_kwargs([PROBLEM], ["122"], [[]])
     assert got["prompts"] == [PROBLEM.prompt] and got["completions"] == ["122"]

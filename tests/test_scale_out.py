@@ -19,7 +19,7 @@ from conftest import ONE_SEED, free_port, sweep_env
 from mlflow.tracking import MlflowClient
 from pg_server import postgres  # noqa: F401  (fixture)
 
-from records.database import SCHEMA_BARRIER_ENV
+from records.leases import SCHEMA_BARRIER_ENV
 
 # Health rules off: these tests are the infrastructure's, and on an 8-problem eval one problem
 # (0.125) is past eval_collapse's 0.1 bound, which pruned both trials of a healthy sweep on an

@@ -4,7 +4,7 @@ waits for it or makes the store in one transaction, and never dies for it. A sto
 half-made by a client that crashed is completed, or refused in one line naming the file.
 
 The other client is unmodified MLflow or Optuna and takes no lock of ours. Each round, the
-sweep waits at the schema barrier (records/database.py) right before it opens a store, the
+sweep waits at the schema barrier (records/leases.py) right before it opens a store, the
 client joins that barrier and starts creating the same store at once: the two creations
 overlap in every round. On main (8789f6c) this killed the sweep (docs/reliability.md).
 Each kind of client gets ROUNDS rounds: CLI_ROUNDS real sweeps, the rest the sweep's own
@@ -33,9 +33,10 @@ from optuna.storages._rdb import models as optuna_models
 from test_database_faults import TINY
 
 from records import sqlite_schema
-from records.database import SCHEMA_BARRIER_ENV
+from records.leases import SCHEMA_BARRIER_ENV
 from records.optuna_storage import open_storage
-from records.tracking import MLflowRun, tracking_client
+from records.tracking import MLflowRun
+from records.tracking_store import tracking_client
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 
 from records.sweep import Role, State, StudyAttr, Tag, TrialAttr, replicates
 from trainer.backends import validate
-from trainer.backends.trl import mapping
+from trainer.backends.trl import checks, mapping
 from trainer.base.errors import ConfigError
 
 TRL_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "trl.md"
@@ -83,7 +83,7 @@ def test_the_field_names_read_from_source_are_grpoconfigs():
 
     from trl import GRPOConfig
 
-    assert mapping.grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert checks.grpo_fields() == {f.name for f in dataclasses.fields(GRPOConfig)}
 
 
 REFUSALS = [
@@ -317,7 +317,7 @@ def test_sigterm_during_a_trl_trial_resumes_it_from_its_checkpoint(tmp_path):
 
 
 def test_trls_logs_reach_the_reporter_under_our_names():
-    from trainer.backends.trl.callback import our_metrics
+    from trainer.backends.trl.metric_names import our_metrics
 
     logs = {
         "reward": 0.5,

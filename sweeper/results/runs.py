@@ -30,7 +30,8 @@ from records.sweep import (
     Tag,
     TrialAttr,
 )
-from records.tracking import MLflowRun, tracking_client
+from records.tracking import MLflowRun
+from records.tracking_store import tracking_client
 
 NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI
 

@@ -41,7 +41,8 @@ from records.sweep import (
     TrialAttr,
     replicate_key,
 )
-from records.tracking import MLflowRun, tracking_client
+from records.tracking import MLflowRun
+from records.tracking_store import tracking_client
 from sweeper import optuna_adapter as oa
 from sweeper.plan.eval_power import truncation_warning
 from sweeper.results.display import TrialLine, short

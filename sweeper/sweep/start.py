@@ -9,7 +9,7 @@ from records.database import set_retry_window
 from records.errors import StoreUnusable
 from records.optuna_storage import open_storage
 from records.sweep import StudyAttr
-from records.tracking import check_tracking_uri
+from records.tracking_store import check_tracking_uri
 from sweeper import SweepError
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.results import runs

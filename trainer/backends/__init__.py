@@ -106,7 +106,7 @@ def use_threads(cfg: DictConfig, reporter: Reporter | None) -> None:
 def validate(cfg: DictConfig) -> list[str]:
     """Every check that runs before a model loads: the common ones (trainer/run/validation.py),
     then the backend's own. Raises ConfigError (one line); returns warnings."""
-    from trainer.backends.trl.mapping import validate as validate_trl
+    from trainer.backends.trl.checks import validate as validate_trl
     from trainer.backends.trl.recipe import notes
 
     warnings = validate_common(cfg)

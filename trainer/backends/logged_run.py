@@ -37,7 +37,8 @@ def train_and_log(cfg: DictConfig) -> float:
         sys.exit(f"error: {e}")
     # Loaded once the settings hold, so a bad one fails before seconds of imports.
     from records.errors import StoreUnusable
-    from records.tracking import MLflowReporter, MLflowRun, check_tracking_uri
+    from records.tracking import MLflowReporter, MLflowRun
+    from records.tracking_store import check_tracking_uri
     from trainer.backends import train
     from trainer.backends.run_params import run_params
     from trainer.env.rewards import RewardError

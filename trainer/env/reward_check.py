@@ -1,7 +1,7 @@
 """Each reward called once before any trial, on a few real rows, so a reward that cannot score
 fails the sweep in one line instead of failing every trial minutes in.
 
-The completions are of the shape the run will hand the reward (trainer/env/rewards.py's
+The completions are of the shape the run will hand the reward (trainer/env/trl_rewards.py's
 `trl_kwargs` for a TRL-style one: message lists for a conversational dataset): each row's
 reference answer, and an empty string, the two a reward meets first (a right answer, a model
 that ends at once). A TRL-style reward is called once with all of them, as TRL batches, and
@@ -15,14 +15,8 @@ import random
 from typing import Any
 
 from trainer.base.errors import ConfigError
-from trainer.env.rewards import (
-    RewardError,
-    RewardSet,
-    TrlStyleReward,
-    call_reward,
-    shorten,
-    trl_kwargs,
-)
+from trainer.env.rewards import RewardError, RewardSet, call_reward, shorten
+from trainer.env.trl_rewards import TrlStyleReward, trl_kwargs
 
 ROWS = 2  # eval rows each reward is called on
 

@@ -40,7 +40,7 @@ def local_model_dir(path: Any, key: str) -> str:
 def reward_texts(prompts: list, completions: list, tokenizer, template_kwargs: dict) -> list:
     """The texts TRL's reward model reads: the chat template over prompt + completion messages
     (TRL's `apply_chat_template({"messages": ...})`), else prompt + completion. A prompt that is
-    not a string is a message list, as trl_kwargs (trainer/env/rewards.py) gives it."""
+    not a string is a message list, as trl_kwargs (trainer/env/trl_rewards.py) gives it."""
     if prompts and not isinstance(prompts[0], str):
         return [
             tokenizer.apply_chat_template(
@@ -67,7 +67,7 @@ class RewardModel:
     the reward model's template too; device: where it scores (TRL's own runs it on the
     trainer's device)."""
 
-    style = "trl"  # called with TRL's keyword lists (trainer/env/rewards.py)
+    style = "trl"  # called with TRL's keyword lists (trainer/env/trl_rewards.py)
     in_process = True  # never sent to the reward worker
 
     def __init__(

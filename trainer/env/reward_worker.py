@@ -159,7 +159,8 @@ def stop(process, conn) -> None:
 
 def bound(rewards, timeout: float) -> None:
     """Call a RewardSet's rewards that may hang in a worker process, `timeout` seconds a call."""
-    from trainer.env.rewards import TrlStyleReward, may_hang
+    from trainer.env.rewards import may_hang
+    from trainer.env.trl_rewards import TrlStyleReward
 
     bounded = {
         name: entry

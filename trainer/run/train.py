@@ -33,8 +33,9 @@ from judge.stats import mean_and_stderr
 from records import metrics as metrics_names
 from trainer.base.progress import progress, shown_kl
 from trainer.env.prompts import baseline_advice
-from trainer.env.rewards import score_batch, use_tokenizer
+from trainer.env.rewards import score_batch
 from trainer.env.tasks import Task, make_task
+from trainer.env.trl_rewards import use_tokenizer
 from trainer.model.policy import Policy
 from trainer.rl.pipelines import make_pipeline
 from trainer.rl.step import NonFiniteError

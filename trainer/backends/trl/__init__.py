@@ -1,13 +1,18 @@
 """TRL's GRPOTrainer as a backend (`backend=trl`; docs/trl.md, "Sweeping a TRL run").
 
-  mapping      our keys -> GRPOConfig (the one table), TRL's metric names as ours, the checks
+  mapping      our keys -> GRPOConfig (the one table)
+  checks       what backend=trl refuses, one line each (no TRL import)
+  metric_names  TRL's logged metric names as ours
   data         our task as TRL's dataset (its prompts as written, our ids) and reward_funcs
   grpo         GRPOTrainer on our prompt ids, keeping the log-probs the health KLs need
   callback     our reporter, our evaluator and the stop a prune asks for, as a TrainerCallback
   health_callback  our health rules in a user's own GRPOTrainer script (no sweep)
   checkpoints  TRL's checkpoint-<global_step> folders in our steps (no TRL import)
-  recipe       a `trl grpo --config` YAML as our config (backend.config), and back
+  recipe       a `trl grpo --config` YAML as our config (backend.config)
+  recipe_file  the YAML read as `trl grpo --config` reads it, refused in one line
+  recipe_model  a recipe's ModelConfig as our model and LoRA keys
   recipe_task  a recipe's dataset and reward_funcs as our task
+  tuned_recipe  back: the recipe with a trial's tuned values, for `trl grpo --config`
 
 `train(cfg, reporter)` is the backend; `train_rank` is what each process of a run runs (one
 process on CPU: `train` calls it here). TRL, transformers and PEFT load only inside them.
@@ -67,7 +72,7 @@ def health_rules(cfg: DictConfig, reporter: Reporter | None) -> list[HealthRule]
 def given_metrics(cfg: DictConfig) -> set[str]:
     """The metrics of ours this backend reports under fixed names (callback.py maps TRL's
     logs; grpo.py says when TRL keeps what the sampler-vs-learner KL needs)."""
-    from trainer.backends.trl.mapping import SAME_MEANING
+    from trainer.backends.trl.metric_names import SAME_MEANING
 
     given = {*SAME_MEANING.values(), metrics_names.GROUPS_MIXED}
     given.add(metrics_names.GROUPS_ZERO_ADVANTAGE)
@@ -91,7 +96,7 @@ def missing_rules_line(cfg: DictConfig, rules: Iterable[HealthRule]) -> str | No
 def unreported_rules(given: set[str], rules: Iterable[HealthRule]) -> str | None:
     """Which rules read a metric outside `given` (and outside the families a TRL run may log),
     in a clause, or None."""
-    from trainer.backends.trl.mapping import TRL_PREFIX
+    from trainer.backends.trl.metric_names import TRL_PREFIX
 
     families = ("eval/", "reward/", TRL_PREFIX)  # our evaluator's, each reward's, TRL's others
     missing = [
@@ -116,14 +121,14 @@ def train_rank(cfg: DictConfig, reporter: Reporter | None = None) -> TrainResult
 
     from trainer.backends.trl.callback import Reporting
     from trainer.backends.trl.checkpoints import newest_usable, step_of
+    from trainer.backends.trl.checks import validate as validate_trl
     from trainer.backends.trl.data import training_data
     from trainer.backends.trl.grpo import OurGRPOTrainer
     from trainer.backends.trl.mapping import grpo_kwargs
-    from trainer.backends.trl.mapping import validate as validate_trl
     from trainer.backends.trl.recipe import notes as recipe_notes
     from trainer.env.prompts import PromptRenderer, prompt_settings
-    from trainer.env.rewards import use_tokenizer
     from trainer.env.tasks import make_task
+    from trainer.env.trl_rewards import use_tokenizer
     from trainer.model.rollout import eos_ids
     from trainer.run.lr import resolve_lr
     from trainer.run.train import TrainResult, report_resumed

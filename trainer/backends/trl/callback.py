@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from records import metrics as metrics_names
 from trainer.backends.trl.checkpoints import HEALTH
 from trainer.backends.trl.data import TimeoutCount
-from trainer.backends.trl.mapping import TRAIN_SUMMARY, our_metrics
+from trainer.backends.trl.metric_names import TRAIN_SUMMARY, our_metrics
 from trainer.rl import rl_math
 from trainer.run.train import NonFiniteError, RunHealth
 

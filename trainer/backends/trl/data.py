@@ -10,7 +10,7 @@ to every reward function as keyword lists.
 
 Rewards: ours (by name or `{_target_: module.fn}`, called per completion as
 fn(problem, completion, finished)) become one batched reward function each; a TRL-style one
-(`style: trl`, trainer/env/rewards.py) is called as TRL calls it, in training and, one
+(`style: trl`, trainer/env/trl_rewards.py) is called as TRL calls it, in training and, one
 completion at a time, in our eval (where None scores 0). A reward that raises or returns a
 non-number raises RewardError naming it, as on our backend.
 """
@@ -32,15 +32,13 @@ from trainer.env.reward_worker import ChildReward
 from trainer.env.rewards import (
     RewardError,
     RewardSet,
-    TrlStyleReward,
     call_reward,
     check_number,
-    completion_text,
     raised,
-    reward_columns,
     score_batch,
 )
 from trainer.env.tasks import Problem, Task
+from trainer.env.trl_rewards import TrlStyleReward, completion_text, reward_columns
 
 PROBLEM_INDEX = "problem_index"  # the dataset column that names a row's Problem
 
@@ -105,7 +103,7 @@ def trl_reward_model(reward: RewardModel) -> str:
     RewardModel, reads the reward TRL trains on; handing TRL our CPU copy instead would score
     every training batch on the CPU. TRL loads it float32 (no model_init_kwargs: backend=trl
     trains float32, as `trl grpo` loads it with the recipe's dtype), as RewardModel does; its
-    chat template gets GRPOConfig's chat_template_kwargs, which mapping.validate checks are
+    chat template gets GRPOConfig's chat_template_kwargs, which checks.validate checks are
     RewardModel's."""
     return reward.path
 

@@ -6,7 +6,7 @@
     trainer = GRPOTrainer(..., callbacks=[HealthCallback()])   # the rules on TRL's logs
     trainer.add_callback(HealthCallback(trainer))              # and on the KLs it computes
 
-Each log of TRL's is read under our metric names (mapping.our_metrics, the backend's own
+Each log of TRL's is read under our metric names (metric_names.our_metrics, the backend's own
 mapping) and checked by the rules a sweep prunes by (trainer/run/health/ defaults, or a
 list given), one step of ours being one generation round (steps_per_generation /
 gradient_accumulation_steps of TRL's optimizer steps). Given the trainer, the callback also
@@ -34,7 +34,7 @@ from records.tracking import write_active_run
 from trainer.backends.trl import step_rewards, unreported_rules
 from trainer.backends.trl.checkpoints import HEALTH
 from trainer.backends.trl.grpo import watch
-from trainer.backends.trl.mapping import SAME_MEANING, TRAIN_SUMMARY, our_metrics
+from trainer.backends.trl.metric_names import SAME_MEANING, TRAIN_SUMMARY, our_metrics
 from trainer.base.config import TrainConfig
 from trainer.rl import rl_math
 from trainer.run.health import Breach, HealthMonitor, HealthRule, default_rules, first_to_prune

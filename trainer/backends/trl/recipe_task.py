@@ -1,5 +1,5 @@
-"""A `trl grpo` recipe's dataset and rewards as our task (trainer/backends/trl/recipe.py builds
-its config).
+"""A `trl grpo` recipe's dataset and rewards as our task: its config (`task_values`, for
+trainer/backends/trl/recipe.py) and the task it builds (`RecipeTask`).
 
 The dataset is read as `trl grpo` reads `dataset_name` (datasets' `load_dataset` on a local
 directory of data files, with `dataset_config` as its name), and also from a directory written
@@ -17,6 +17,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
+from trainer.backends.trl.recipe_file import Recipe, refuse
 from trainer.base.errors import ConfigError
 from trainer.env.tasks import (
     DATASET_BUILDERS,
@@ -61,6 +64,65 @@ def reward_model_entries(path: str | None, grpo) -> list[dict[str, Any]]:
     entry = {"_target_": TARGET, "path": where, "key": KEY_REWARD_MODEL}
     entry["chat_template_kwargs"] = grpo.chat_template_kwargs
     return [{**entry, "name": Path(where).name}]
+
+
+def task_values(recipe: Recipe, cfg: DictConfig) -> dict[str, Any]:
+    s = recipe.script
+    if recipe.mixture.datasets:
+        raise refuse("datasets", "...", "dataset mixtures are not supported; use dataset_name")
+    if s.dataset_streaming:
+        raise refuse("dataset_streaming", True, "a sweep reads the dataset whole")
+    if not s.dataset_name:
+        raise refuse("dataset_name", None, "must be given")
+    if isinstance(s.reward_funcs, str):  # `trl grpo` would read it letter by letter
+        raise refuse("reward_funcs", s.reward_funcs, f"must be a list: [{s.reward_funcs}]")
+    if not s.reward_funcs and not s.reward_model_name_or_path:
+        raise refuse("reward_funcs", s.reward_funcs, "must name at least one reward")
+    rewards = reward_model_entries(s.reward_model_name_or_path, recipe.grpo)  # first, as TRL's
+    for name in s.reward_funcs or ():
+        target = BUILT_IN_REWARDS.get(name, name)
+        if "." not in target:
+            raise refuse(
+                "reward_funcs",
+                name,
+                f"neither one of TRL's {sorted(BUILT_IN_REWARDS)} nor a dotted import path",
+            )
+        _check_imports(name, target)
+        rewards.append({"_target_": target, "style": "trl", "name": target.rsplit(".", 1)[-1]})
+    old = cfg.task
+    return {
+        "_target_": f"{RecipeTask.__module__}.{RecipeTask.__name__}",
+        "dataset_name": str(Path(s.dataset_name).expanduser()),
+        "dataset_config": s.dataset_config,
+        "train_split": s.dataset_train_split,
+        "test_split": s.dataset_test_split,
+        "rewards": rewards,
+        "reward_weights": None,  # the recipe's reward_weights: task.reward_weights (BACK)
+        "reward_timeout": old.get("reward_timeout", 5),
+        "chat_template": old.get("chat_template", "auto"),
+        "system_prompt": old.get("system_prompt"),
+    }
+
+
+def _check_imports(name: str, target: str) -> None:
+    """A dotted reward_funcs entry that does not import, refused naming it (as `trl grpo`,
+    the working directory is on the path)."""
+    import os
+    import sys
+
+    from hydra.utils import get_method
+
+    from records.errors import first_line
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        get_method(target)
+    except Exception as e:
+        cause = e.__cause__ or e
+        raise refuse(
+            "reward_funcs", name, f"cannot import it ({type(cause).__name__}: {first_line(cause)})"
+        ) from None
 
 
 def load_splits(dataset_name: str, dataset_config: str | None) -> dict[str, Any]:
