@@ -65,7 +65,8 @@ from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep import racing
-from sweeper.sweep.job import TrialPruned, ended_replicate, make_pruner, trial_reporter
+from sweeper.sweep.job import ended_replicate, trial_reporter
+from sweeper.sweep.stopping import TrialPruned, make_pruner
 from sweeper.sweep.tell import combine
 from trainer.base.config import TrainConfig
 from trainer.run.health import default_rules, rules_from_settings

@@ -35,6 +35,8 @@ sweep/       running the plan
   job             each job's task function: one seed trained, reported to MLflow and Optuna,
                   pruned when a health rule (trainer/run/health/) fires or the objective
                   pruner says so
+  stopping        how a job stops its trial early: TrialPruned with the breach, the
+                  objective pruner (median, hyperband) its trial asks
   forecaster      pruner=forecast: a trial's eval curve forecast, pruned when it cannot win
   signals         process signals (SIGTERM, SIGHUP) interrupt like Ctrl-C; job processes end
   trial_process   the process the command starts first, which loads what a trial needs while

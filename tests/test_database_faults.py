@@ -359,7 +359,7 @@ def test_a_metric_write_retried_after_an_outage_first_asks_whether_the_job_is_st
 
     from records.tracking import MLflowRun
     from records.tracking_store import tracking_client
-    from sweeper.sweep.job import TakenOver
+    from sweeper.sweep.stopping import TakenOver
 
     client = tracking_client(own_postgres.database("mlflow_retry"))
     run = MLflowRun("retry", "t0", client=client)

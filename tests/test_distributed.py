@@ -17,7 +17,7 @@ import psutil
 import pytest
 from omegaconf import OmegaConf
 
-from sweeper.sweep.job import TrialPruned
+from sweeper.sweep.stopping import TrialPruned
 from trainer.backends.distributed import launch
 from trainer.base.errors import RankLost
 

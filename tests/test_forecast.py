@@ -30,7 +30,8 @@ from records.sweep import (
 )
 from sweeper.plan.breaches import breached
 from sweeper.sweep.forecaster import Forecaster, seed_curve
-from sweeper.sweep.job import TrialPruned, TrialReporter
+from sweeper.sweep.job import TrialReporter
+from sweeper.sweep.stopping import TrialPruned
 from trainer.run.health import HealthMonitor, default_rules
 
 

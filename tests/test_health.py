@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_sweep, study_in
 
-from sweeper.sweep.job import TrialPruned
+from sweeper.sweep.stopping import TrialPruned
 from trainer.run.health import (
     EARLY_FACTOR,
     Breach,

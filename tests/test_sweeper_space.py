@@ -19,7 +19,7 @@ from sweeper.plan.settings import resolve_settings, resolve_url
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.plan.space import parse_space
 from sweeper.plan.sweep_plan import default_study_name
-from sweeper.sweep.job import TrialPruned
+from sweeper.sweep.stopping import TrialPruned
 from trainer.run.health import HealthMonitor, HealthRule
 
 

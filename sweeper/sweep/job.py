@@ -48,6 +48,7 @@ from sweeper.plan.eval_power import truncation_warning
 from sweeper.results.display import TrialLine, short
 from sweeper.results.runs import close_trial_run, mark_objective, trial_run_name
 from sweeper.sweep.forecaster import Forecaster, seed_curve
+from sweeper.sweep.stopping import TakenOver, TrialPruned, make_pruner
 from trainer.backends import configured, resumed_step, train
 from trainer.backends.logged_run import train_and_log
 from trainer.backends.run_params import run_params
@@ -62,38 +63,6 @@ from trainer.run.health import (
 )
 
 log = logging.getLogger(__name__)
-
-# --- stopping a trial early ------------------------------------------------------
-# Health rules (trainer/run/health/) are our own: Optuna's `trial.report` takes one value per
-# step, and that value is the objective (eval reward), so rules on other metrics cannot go
-# through it. The reporter checks them after every step and raises `TrialPruned` with the
-# breach; the sweeper tells the study PRUNED. Objective pruning (median, hyperband) stays
-# Optuna's, on the intermediate objective values reported at eval steps.
-
-
-class TrialPruned(optuna.TrialPruned):
-    """Raised from the reporter to stop training; carries the breach across processes."""
-
-    def __init__(self, breach: Breach | None) -> None:
-        super().__init__(str(breach) if breach else "pruned by the objective pruner")
-        self.breach = breach
-
-    def __reduce__(self):  # picklable for the joblib launcher, breach included
-        return (TrialPruned, (self.breach,))
-
-
-class TakenOver(Exception):
-    """This trial's point now belongs to another worker: record nothing more."""
-
-
-def make_pruner(name: str, warmup_steps: int) -> optuna.pruners.BasePruner:
-    """The objective pruner the job's trial asks at eval steps (none, median, hyperband; the
-    forecast is the reporter's own: Optuna's pruners cannot say why)."""
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=warmup_steps)
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=max(1, warmup_steps))
-    return optuna.pruners.NopPruner()
 
 
 class TrialReporter:

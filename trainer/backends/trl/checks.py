@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from trainer.backends.trl.mapping import LOSSES, MICRO_BATCHING, TABLE
 from trainer.base.errors import ConfigError
 from trainer.env.reward_model import TARGET as REWARD_MODEL
-from trainer.env.trl_rewards import STYLE_TRL, is_trl_style
+from trainer.env.trl_rewards import STYLE_TRL
 
 
 def _refuse(key: str, value: Any, rule: str) -> None:
@@ -87,11 +87,6 @@ def _check_batch(cfg: DictConfig) -> None:
 def _reward_entries(task_cfg: Any) -> list[Any]:
     rewards = task_cfg.get("rewards") if isinstance(task_cfg, DictConfig) else None
     return list(rewards) if OmegaConf.is_list(rewards) else []
-
-
-def trl_style_indices(task_cfg: Any) -> list[int]:
-    """Which task.rewards entries are TRL-style (`style: trl`)."""
-    return [i for i, entry in enumerate(_reward_entries(task_cfg)) if is_trl_style(entry)]
 
 
 def _check_rewards(cfg: DictConfig) -> None:
