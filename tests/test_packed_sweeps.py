@@ -218,18 +218,25 @@ def test_a_queued_job_that_cannot_share_the_model_runs_after_the_pack(tmp_path):
     assert "t2 runs after the pack: lora_rank" in log.read_text()
 
 
-def join_after_a_file_goes(tmp_path: Path, files: dict, gone: Path, shape: list[str]) -> dict:
-    """The sweep of tuned/{big,small,gone}.yaml (`files`: each one's body after its lr), with
-    `gone` deleted once the pack of t0 and t1 has started: t2 (+tuned=gone) joins the pack
-    when pruned t0 ends. Its trials by number."""
+def test_queued_jobs_that_cannot_join_or_cannot_start_fail_alone(tmp_path):
+    """Two queued jobs lose a file once the pack of t0 and t1 has started: t2's config file
+    (+tuned=gone: it no longer composes, so it cannot join) and t3's task file (+tuned=nodata:
+    it joins, and its setup raises before its first step). Each fails with its error, alone;
+    t1 trains on. Pruned t0's slot is offered to t2, then to t3."""
+    rows = "".join(
+        json.dumps({"prompt": f"{a}+{a}=", "answer": str(2 * a)}) + "\n" for a in range(40)
+    )
     tuned = tmp_path / "tuned"  # the working directory's configs (hydra_plugins/grpo_sweeper)
     tuned.mkdir()
-    for name, lr in {"big": "3e-2", "small": "1e-3", "gone": "2e-3"}.items():
-        (tuned / f"{name}.yaml").write_text(f"# @package _global_\nlr: {lr}\n{files[name]}")
+    for name, lr in {"big": "3e-2", "small": "1e-3", "gone": "2e-3", "nodata": "2e-3"}.items():
+        (tmp_path / f"{name}.jsonl").write_text(rows)
+        task = f"task:\n  path: {tmp_path / name}.jsonl\n"
+        (tuned / f"{name}.yaml").write_text(f"# @package _global_\nlr: {lr}\n{task}")
+    shape = [a for a in REFILLED[1:] if not a.startswith("task.eval_size")]  # a file's share
     # A job that never started is lost, as a solo job whose config does not compose: queued
     # again up to max_lost_in_a_row times (sweeper/study/recovery.py). 1: it fails at once.
-    args = ["+tuned=big,small,gone", *shape, "max_steps=6", "hydra.sweeper.pack=2"]
-    args += ["hydra.sweeper.max_lost_in_a_row=1"]
+    args = ["+tuned=big,small,gone,nodata", *shape, "task=jsonl", "max_steps=6"]
+    args += ["hydra.sweeper.pack=2", "hydra.sweeper.max_lost_in_a_row=1"]
     sweep = start_sweep(tmp_path, *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while "packing t0, t1" not in "".join(
@@ -238,47 +245,26 @@ def join_after_a_file_goes(tmp_path: Path, files: dict, gone: Path, shape: list[
         assert sweep.poll() is None, sweep.communicate()[1][-3000:]
         assert time.monotonic() < deadline, "the pack did not start"
         time.sleep(0.05)
-    gone.unlink()
+    (tuned / "gone.yaml").unlink()
+    (tmp_path / "nodata.jsonl").unlink()
     gone_at = time.time()
     _, stderr = sweep.communicate(timeout=300)
     assert sweep.returncode == 0, stderr[-3000:]
     trials = {t.number: t for t in study_in(tmp_path).trials}
-    assert {n: t.state.name for n, t in trials.items()} == {0: "PRUNED", 1: "COMPLETE", 2: "FAIL"}
+    states = {n: t.state.name for n, t in trials.items()}
+    assert states == {0: "PRUNED", 1: "COMPLETE", 2: "FAIL", 3: "FAIL"}
     client = MlflowClient(mlflow_uri(tmp_path))
     pruned, completed = (client.get_run(replicates(trials[n])[0].run_id).info for n in (0, 1))
-    assert gone_at * 1000 < pruned.end_time  # the file went while t0 still trained
+    assert gone_at * 1000 < pruned.end_time  # the files went while t0 still trained
     assert completed.status == "FINISHED" and replicates(trials[1])[0].steps_run == 6
-    return trials
-
-
-def test_a_queued_job_whose_config_no_longer_composes_fails_alone(tmp_path):
-    """t2's config file goes: it cannot join; it fails with the error, t1 trains on."""
-    files = dict.fromkeys(["big", "small", "gone"], "")
-    trials = join_after_a_file_goes(tmp_path, files, tmp_path / "tuned/gone.yaml", REFILLED[1:])
     reason = trials[2].user_attrs[TrialAttr.FAIL_REASON]
     assert "its job died" in reason and "tuned/gone" in reason, reason
     assert replicates(trials[2]) == []  # it never started: no record, no MLflow run of its own
     (log,) = (tmp_path / "multirun").glob("*/*/t1/*.log")
     assert "trial 2's job cannot join the pack" in log.read_text()
-
-
-def test_a_joined_job_whose_setup_raises_before_training_fails_alone(tmp_path):
-    """t2's task file goes: it joins, and its setup raises before its first step; it fails
-    with the error, t1 trains on."""
-    rows = "".join(
-        json.dumps({"prompt": f"{a}+{a}=", "answer": str(2 * a)}) + "\n" for a in range(40)
-    )
-    files = {}
-    for name in ("big", "small", "gone"):
-        (tmp_path / f"{name}.jsonl").write_text(rows)
-        files[name] = f"task:\n  path: {tmp_path / name}.jsonl\n"
-    shape = [a for a in REFILLED[1:] if not a.startswith("task.eval_size")]  # a file's share
-    trials = join_after_a_file_goes(
-        tmp_path, files, tmp_path / "gone.jsonl", [*shape, "task=jsonl"]
-    )
-    reason = trials[2].user_attrs[TrialAttr.FAIL_REASON]
-    assert "gone.jsonl" in reason, reason
-    (seed,) = replicates(trials[2])  # it started: its own record, before its first step
+    reason = trials[3].user_attrs[TrialAttr.FAIL_REASON]
+    assert "nodata.jsonl" in reason, reason
+    (seed,) = replicates(trials[3])  # it started: its own record, before its first step
     assert seed.state == State.FAIL and not seed.steps_run, seed
-    (log,) = (tmp_path / "multirun").glob("*/*/t2/*.log")
-    assert "t2 joins the pack at round" in log.read_text()
+    (log,) = (tmp_path / "multirun").glob("*/*/t3/*.log")
+    assert "t3 joins the pack at round" in log.read_text()
