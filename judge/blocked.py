@@ -128,8 +128,8 @@ def blocked_bound(fit: Blocked, bound: float = VARIANCE_BOUND) -> Blocked:
 # 1-33, 35-79, 81-125, 127-171), as the largest of 1, 2, 4, 8, 16 (so the narrowest
 # intervals) whose coverage, at 2 and 3 seeds on both tasks, is >= 90% on each set: 4,
 # chosen on the calibration part alone, covered 87.8% on seeds 127-171. Judged on seeds
-# 173-217, recorded after it was frozen (bench/HEALTH.md, "The verdict's intervals on the
-# library"). inf: the fit's interval as it stands (the pooled variance alone).
+# 173-217, recorded after it was frozen (bench/VERDICT.md). inf: the fit's interval as it
+# stands (the pooled variance alone).
 PRIOR_DF: float = 2
 
 

@@ -220,7 +220,7 @@ def test_the_pooled_variance_is_moderated_toward_the_pair_own():
     # a - b: (2 x 2/3 + 1 x 0) / 3 = 4/9 -> se 0.816497 x sqrt(2/3) = 0.666667;
     # a - c: (2 x 2/3 + 1 x 1) / 3 = 7/9 -> se 0.816497 x sqrt(7/6) = 0.881918;
     # t(0.975, 3) = 3.182446 -> halves 2.121632 and 2.806655: the steady pair narrows, the
-    # scattered one widens (one pooled variance covered them 99% and 71-87%, bench/HEALTH.md)
+    # scattered one widens (one pooled variance covered them 99% and 71-87%, bench/VERDICT.md)
     assert blocked.PRIOR_DF == 2
     fit = blocked.blocked_fit({"a": {0: 1, 1: 3}, "b": {0: 0, 1: 2}, "c": {0: 1, 1: 1}})
     steady = blocked.moderated(fit.difference("a", "b"), fit.variance, [1, 1])
