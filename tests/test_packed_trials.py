@@ -2,15 +2,18 @@
 
 The reference is a solo run with `sampler.merge_lora=false`: PEFT's own forward,
 x W^T + s (x A^T) B^T, the arithmetic the pack's grouped layers do. Against it a packed
-member's per-step loss, KLs, rewards, entropy, gradient norm and final adapter are equal at
-torch's float32 tolerance (rtol 1.3e-6, atol 1e-5): the same products, summed in an order
-the batching may change (on the machines measured they came out bit for bit equal).
+member's per-step loss, KLs, rewards, entropy, gradient norm and final adapter are equal to
+float64 rounding: the tests train in `model.dtype=float64`.
 
-The solo default (merge_lora=true) adds the adapter into the weight instead: its log-probs
-differ in the last float32 bits, and AdamW turns rounding noise on near-zero gradients into
-steps of about lr in a few adapter entries (the attention's q/k factors on the tiny model).
-Two solo runs that differ only in merge_lora differ that much too; the last test pins the
-pack's first step to the default solo run's and says so.
+Why not float32: on the tiny model half the entries of layer 1's q/k LoRA B get gradients
+at rounding level (their heads' attention is saturated), and AdamW's first step turns that
+noise into moves of about lr with the noise's sign. The pack's batched products and PEFT's
+round differently on some CPUs: bit for bit equal on an Intel Xeon, about 500 of 1024 such
+entries apart on an AMD EPYC. In float64 the same noise moves them by about 1e-9 lr.
+
+The solo default (merge_lora=true, float32) adds the adapter into the weight instead, so
+its log-probs differ in the last float32 bits; the last tests pin the pack's float32 numbers
+to it up to the first optimizer step, before AdamW can amplify that rounding.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from trainer.packed.host import train_packed
 from trainer.run.train import train
 
 SHAPE = ["batch_size=4", "group_size=4", "task.eval_size=16", "eval_every=2", "max_steps=3"]
+EXACT = [*SHAPE, "model.dtype=float64"]  # the module docstring says why
 # Members differ in what a sweep varies: lr, seed, KL penalty, loss, substeps.
 MEMBERS = [
     ["seed=0", "lr=2e-3"],
@@ -48,7 +52,8 @@ COMPARED = (
     "eval/reward/mean",
     "eval/greedy/mean",
 )
-FLOAT32 = {"rtol": 1.3e-6, "atol": 1e-5}  # torch.testing's float32 defaults
+AFTER_THE_UPDATE = {"kl_pre_post_v1", "kl_pre_post_v2", "eval/reward/mean", "eval/greedy/mean"}
+FLOAT64 = {"rtol": 1e-7, "atol": 1e-7}  # torch.testing's float64 defaults
 
 
 def metrics(recorder) -> dict[int, dict[str, float]]:
@@ -59,6 +64,11 @@ def adapter(output_dir) -> dict[str, torch.Tensor]:
     return load_file(f"{output_dir}/adapter/adapter_model.safetensors")
 
 
+def labelled(label: str):
+    """assert_close's message with the mismatch's figures kept, led by what mismatched."""
+    return lambda message: f"{label}: {message}"
+
+
 def assert_same_run(solo, packed, solo_dir, packed_dir) -> None:
     a, b = metrics(solo), metrics(packed)
     assert a.keys() == b.keys()
@@ -67,11 +77,13 @@ def assert_same_run(solo, packed, solo_dir, packed_dir) -> None:
         for name, value in a[step].items():
             expected = torch.tensor(value, dtype=torch.float64)
             actual = torch.tensor(b[step][name], dtype=torch.float64)
-            torch.testing.assert_close(actual, expected, **FLOAT32, msg=f"{name} at {step}")
+            torch.testing.assert_close(
+                actual, expected, **FLOAT64, msg=labelled(f"{name} at {step}")
+            )
     weights, packed_weights = adapter(solo_dir), adapter(packed_dir)
     assert weights.keys() == packed_weights.keys()
     for name, tensor in weights.items():
-        torch.testing.assert_close(packed_weights[name], tensor, **FLOAT32, msg=name)
+        torch.testing.assert_close(packed_weights[name], tensor, **FLOAT64, msg=labelled(name))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +96,7 @@ def solo_runs(tmp_path_factory):
         out = tmp_path_factory.mktemp(f"solo{i}")
         recorder = Recorder()
         train(
-            compose_conf(f"output_dir={out}", *SHAPE, *member, "sampler.merge_lora=false"), recorder
+            compose_conf(f"output_dir={out}", *EXACT, *member, "sampler.merge_lora=false"), recorder
         )
         runs.append((recorder, out))
     return runs
@@ -93,7 +105,7 @@ def solo_runs(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_a_packed_member_trains_as_it_would_alone(k, solo_runs, tmp_path, composed, new_recorder):
-    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:k])]
+    cfgs = [composed(*EXACT, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:k])]
     recorders = [new_recorder() for _ in cfgs]
     results = train_packed(cfgs, recorders)
     assert not [r for r in results if isinstance(r, BaseException)], results
@@ -118,7 +130,7 @@ class PruneAt:
 def test_a_member_pruned_mid_pack_leaves_the_others_unchanged(
     solo_runs, tmp_path, composed, new_recorder
 ):
-    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
+    cfgs = [composed(*EXACT, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
     recorders = [new_recorder() for _ in cfgs]
     reporters = [recorders[0], PruneAt(recorders[1], 1), recorders[2]]
     results = train_packed(cfgs, reporters)
@@ -138,7 +150,7 @@ def test_a_member_that_joins_mid_pack_trains_as_alone_and_leaves_the_others_unch
     from trainer.packed.host import PackHost
     from trainer.packed.members import current_source
 
-    cfgs = [composed(*SHAPE, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
+    cfgs = [composed(*EXACT, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:3])]
     recorders = [new_recorder() for _ in cfgs]
     reporters = [recorders[0], PruneAt(recorders[1], 1), recorders[2]]
     bodies = [  # what train_packed runs: a train() that finds the member its thread runs
@@ -167,8 +179,10 @@ def test_a_member_that_joins_mid_pack_trains_as_alone_and_leaves_the_others_unch
 def test_the_first_step_equals_the_default_solo_run_to_float32_rounding(
     tmp_path, composed, new_recorder
 ):
-    """Against merge_lora=true (the solo default) before AdamW's first steps can amplify the
-    rounding: the baseline eval and step 1 (whose update starts from LoRA's B = 0)."""
+    """Against merge_lora=true (the solo default), in float32, up to the first optimizer step:
+    the baseline eval and step 1's rewards, loss, KLs to the sampler and gradient norm. What
+    step 1 measures after its update (kl_pre_post, its eval) carries AdamW's amplified
+    rounding (the module docstring), so it is left out."""
     shape = [*SHAPE, "max_steps=1"]
     cfgs = [composed(*shape, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:2])]
     recorders = [new_recorder() for _ in cfgs]
@@ -179,7 +193,8 @@ def test_the_first_step_equals_the_default_solo_run_to_float32_rounding(
         a, b = metrics(solo), metrics(recorders[i])
         for step in a:
             for name, value in a[step].items():
-                assert b[step][name] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, step)
+                if step == 0 or name not in AFTER_THE_UPDATE:
+                    assert b[step][name] == pytest.approx(value, rel=1e-4, abs=1e-5), (name, step)
 
 
 @pytest.mark.slow
@@ -205,14 +220,14 @@ def test_learner_pieces_share_one_budget_and_each_member_trains_as_alone(
 
     monkeypatch.setitem(host.HANDLERS, "learner", counted)
     cfgs = [
-        composed(*SHAPE, *budget, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:2])
+        composed(*EXACT, *budget, *m, root=tmp_path / f"m{i}") for i, m in enumerate(MEMBERS[:2])
     ]
     recorders = [new_recorder() for _ in cfgs]
     results = train_packed(cfgs, recorders)
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert max(sum(r) for r in rounds) <= 80 < sum(map(sum, rounds)), rounds  # split, bounded
     for i, member in enumerate(MEMBERS[:2]):
-        solo, cfg = new_recorder(), composed(*SHAPE, *budget, *member, root=tmp_path / f"s{i}")
+        solo, cfg = new_recorder(), composed(*EXACT, *budget, *member, root=tmp_path / f"s{i}")
         train(cfg, solo)
         assert_same_run(solo, recorders[i], cfg.output_dir, cfgs[i].output_dir)
 

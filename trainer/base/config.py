@@ -45,7 +45,7 @@ class ModelConfig:
     family: str = "llama"  # model family for lr=auto: llama or qwen
     # float32: weights and training in float32. bfloat16 / float16: the weights in half
     # precision, the LoRA adapter (and its optimizer state) kept in float32 by PEFT, log-probs
-    # scored in float32 (docs/training.md, "Precision").
+    # scored in float32. float64: numerical checks only (docs/training.md, "Precision").
     dtype: str = "float32"
     device: str = "auto"  # auto (cuda when present, else cpu), cpu, cuda, cuda:1 ...
     # CPU threads torch computes with: auto shares the usable cores with the runs at once and

@@ -24,7 +24,8 @@ from trainer.sampling.protocol import SAMPLERS
 
 __all__ = ["ConfigError", "validate"]
 
-DTYPES = ("float32", "bfloat16", "float16")  # model.dtype: torch dtypes a model loads in
+# model.dtype: torch dtypes a model loads in; float64 is for numerical checks (rounding ruled out)
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 @functools.cache
