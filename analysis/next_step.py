@@ -158,7 +158,9 @@ def more_needed(
         )
     return (
         f"~{need} seeds each would separate {b.label} from it",
-        f"Next: hydra.sweeper.max_seeds={need}, or a larger eval (task.eval_size).",
+        # a grid's budget must let the seeds run too (racing.Budget)
+        f"Next: hydra.sweeper.max_seeds={need} hydra.sweeper.budget_seeds={need}, or a larger "
+        "eval (task.eval_size).",
     )
 
 

@@ -65,6 +65,7 @@ from records.metrics import EVAL_REWARD, stderr_of
 from records.sweep import Replicate, State, StudyAttr, TrialAttr, replicate_key, replicates
 from sweeper.plan.settings_schema import GRPOSweeperConf
 from sweeper.sweep import racing
+from sweeper.sweep.flights import planned
 from sweeper.sweep.job import ended_replicate, trial_reporter
 from sweeper.sweep.stopping import TrialPruned, make_pruner
 from sweeper.sweep.tell import combine
@@ -106,6 +107,9 @@ class Policy:
     # on, as the sweeper does since issue 72 (judge/configs.py); False: the sweeper before,
     # which pruned the configuration at its first broken seed and left it out of the verdict.
     count_broken: bool = True
+    # hydra.sweeper.budget_seeds (racing.Budget): a grid race spends at most this many seeds'
+    # grid of steps; 0, the race before it (every policy measured before keeps its meaning).
+    budget_seeds: int = 0
 
     @property
     def race(self) -> bool:
@@ -123,7 +127,8 @@ class Policy:
 
 
 # the sweeper's `seeds=auto` since issue 72 (judge/race.py's defaults, frozen on the
-# calibration pools before any held-out replay): race_power_max3
+# calibration pools before any held-out replay): race_power_max3, capped since at a 2-seed
+# grid's steps (budget_seeds)
 DEFAULT = Policy(
     "default",
     "auto",
@@ -131,6 +136,7 @@ DEFAULT = Policy(
     max_seeds=GRPOSweeperConf.max_seeds,
     futility=race.POWER,
     leader_rule=race.HOPEFUL,
+    budget_seeds=GRPOSweeperConf.budget_seeds,
 )
 POLICIES = (
     Policy("fixed1", 1),
@@ -184,6 +190,7 @@ VARIANTS = (
     ),
     # issue 72: the sweeper before a seed that broke counted at the floor
     replace(DEFAULT, name="default_uncounted", count_broken=False),
+    replace(DEFAULT, name="default_unbudgeted", budget_seeds=0),  # the default before the cap
     Policy("fixed2_health_uncounted", 2, health=True, count_broken=False),
     Policy("fixed3_health_uncounted", 3, health=True, count_broken=False),
     Policy(
@@ -541,6 +548,7 @@ class Sweep:
                 self.policy.futility,
                 self.policy.leader_rule,
                 self.floor(),
+                racing.Budget(self.policy.budget_seeds, self.pool.max_steps, planned(self.flights)),
             )
             if step.action == race.SEED:
                 flight.phase = "training"

@@ -403,6 +403,34 @@ def test_the_default_policy_ties_at_two_seeds_where_min_difference_is_out_of_rea
     assert bc.outcome(before)["trial_steps"] > 2 * 2 * 4
 
 
+def test_the_default_race_spends_at_most_a_two_seed_grid_and_what_health_rules_save():
+    """a and b, 0.02 apart with seeds 0.002 apart: the race wants a third seed on a. With
+    nothing stopped early that would pass a 2-seed grid's steps, so the default ties them at
+    2 seeds each; beside c, which collapses and is stopped at step 4 of 8 on both seeds, the
+    8 steps saved buy a's third seed, in either queue order (a waits for c's stops)."""
+    a, b = [0.502, 0.498, 0.5], [0.478, 0.482, 0.48]
+    collapsed = flat(0.3, 8)
+    collapsed[2] = collapsed[4] = {**train(), **evals(0.05)}
+    runs = {
+        "a": dict(enumerate(flat(v, 8) for v in a)),
+        "b": dict(enumerate(flat(v, 8) for v in b)),
+    }
+    p = bc.Pool("hand", 8, runs)
+    (default,) = [q for q in bc.POLICIES if q.name == "default"]
+    (before,) = [q for q in bc.VARIANTS if q.name == "default_unbudgeted"]
+    done = bc.Sweep(p, default, ["a", "b"], [0, 1, 2], "s", 2).run()
+    assert bc.outcome(done)["seeds"] == {"a": 2, "b": 2}
+    assert bc.outcome(done)["trial_steps"] == 2 * 2 * 8
+    races = {t.user_attrs[bc.CONFIG]: t.user_attrs[TrialAttr.RACE] for t in done.trials}
+    assert races["a"].endswith("but one more would pass budget_seeds=2, a 2-seed grid's 32 steps")
+    assert bc.outcome(bc.Sweep(p, before, ["a", "b"], [0, 1, 2], "s", 2).run())["seeds"]["a"] == 3
+    with_c = bc.Pool("hand", 8, {**runs, "c": dict.fromkeys(range(3), collapsed)})
+    for queue in (["a", "b", "c"], ["c", "a", "b"]):
+        got = bc.outcome(bc.Sweep(with_c, default, queue, [0, 1, 2], "s", 2).run())
+        assert got["seeds"] == {"a": 3, "b": 2, "c": 2}, queue
+        assert got["trial_steps"] == 3 * 8 + 2 * 8 + 2 * 4 == 2 * 3 * 8
+
+
 def test_a_library_recorded_at_eval_every_1_replays_as_one_recorded_at_2(tmp_path):
     """The held-out sets after issue 72's freeze are recorded with an eval at every step; a
     sweep at eval_every=10 sees the same steps from them as from the older cadence."""

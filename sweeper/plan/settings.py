@@ -55,6 +55,7 @@ class SweepSettings:
     race: bool  # seeds=auto: more seeds only while the verdict is uncertain (judge/race.py)
     max_seeds: int
     min_difference: float | None  # seeds=auto: None, the eval's standard error (judge/race.py)
+    budget_seeds: int  # seeds=auto on a grid: at most this many seeds' grid of steps (0: no cap)
     terminator: bool  # stop a search once nothing more is to gain (sweeper/sweep/terminator.py)
     terminator_min_trials: int
     n_jobs: int
@@ -100,6 +101,12 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         "max_seeds",
         conf.max_seeds,
         f"must be >= {MIN_SEEDS} (every raced configuration gets {MIN_SEEDS} seeds)",
+    )
+    _require(
+        conf.budget_seeds == 0 or conf.budget_seeds >= MIN_SEEDS,
+        "budget_seeds",
+        conf.budget_seeds,
+        f"must be 0 (no cap) or >= {MIN_SEEDS} (every raced configuration gets {MIN_SEEDS} seeds)",
     )
     low = conf.min_difference
     _require(low is None or low >= 0, "min_difference", low, "must be >= 0, or null (eval stderr)")
@@ -156,6 +163,7 @@ def resolve_settings(conf: GRPOSweeperConf, config_kl_threshold: float) -> Sweep
         race=race,
         max_seeds=conf.max_seeds,
         min_difference=low,
+        budget_seeds=conf.budget_seeds,
         terminator=bool(conf.terminator),
         terminator_min_trials=least,
         n_jobs=conf.n_jobs,

@@ -55,9 +55,10 @@ class GRPOSweeperConf:
     # mean over its seeds (what TPE learns from), and the verdict gives a confidence interval.
     # `auto` (the default) races them (judge/race.py): 2 seeds each, then one more at
     # a time only for configurations the verdict cannot yet tell apart from the leader and
-    # that one more seed could still separate by min_difference, up to max_seeds. Replayed on
-    # recorded grids it spends 0.68-0.71 of a 3-seed grid with the same health rules, with a
-    # 2-seed grid's picks (bench/COST.md, first section: held-out figures and the regret).
+    # that one more seed could still separate by min_difference, up to max_seeds, and on a
+    # grid only while budget_seeds leaves room. Replayed on recorded grids it spends about
+    # two thirds of a 3-seed grid with the same health rules, with a 2-seed grid's picks
+    # (bench/COST.md, first section: held-out figures and the regret).
     # seeds=1 is the plain one-run grid; the search presets pin it.
     seeds: Any = "auto"
     # Training runs at once. With hydra/launcher=joblib (or a cluster launcher) each runs in
@@ -94,6 +95,11 @@ class GRPOSweeperConf:
     # error over problems, averaged over the seeds run (a difference one run's eval cannot see);
     # 0: only the optimistic bound stops a race. In the objective's units (e.g. 0.02 = 2 points).
     min_difference: float | None = None
+    # A grid raced with seeds=auto spends at most the training steps of a grid of this many
+    # seeds: a seed past the first two runs only where the health rules' early stops left
+    # room (it waits while runs that might stop early are still going). So a small grid, where
+    # nothing stops early, costs a 2-seed grid. 0: no cap (max_seeds alone bounds the race).
+    budget_seeds: int = 2
     # Searches (tpe, gp, random, cmaes) only: end the study before n_trials once the best
     # configuration cannot plausibly be beaten by more than its noise: Optuna's regret bound
     # (how much better any untried point could plausibly be) below the best's standard error

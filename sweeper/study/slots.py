@@ -45,7 +45,7 @@ def fill(study: optuna.Study, url: str, space: SearchSpace, search_sampler: Sear
         trials = study.get_trials(deepcopy=False)
         unqueued = never_queued_again(trials)  # the sweep queues these, with their checkpoints
         if search_sampler.is_grid:
-            have = [_params(t) for t in trials if not is_interrupted(t) or t in unqueued]
+            have = [point_of(t) for t in trials if not is_interrupted(t) or t in unqueued]
             missing = [p for p in grid_configurations(space) if p not in have]
         else:
             taken = Counts.of(study).slots + len(unqueued)
@@ -63,11 +63,11 @@ def never_queued_again(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     unqueued = [t for t in trials if is_interrupted(t) and t.number not in retried]
     if not unqueued:  # the usual case, read on every turn of the sweep's loop
         return []
-    held = [_params(t) for t in trials if not is_interrupted(t)]
-    return [t for t in unqueued if _params(t) not in held]
+    held = [point_of(t) for t in trials if not is_interrupted(t)]
+    return [t for t in unqueued if point_of(t) not in held]
 
 
-def _params(trial: FrozenTrial) -> dict:
+def point_of(trial: FrozenTrial) -> dict:
     """A trial's point. A grid slot keeps it where enqueue_trial put it, for good: a slot
     being taken gets its params one write at a time, and a worker joining at that moment
     read the half-written point as a missing one and queued the point twice."""
@@ -97,7 +97,7 @@ def give_back(
         TrialAttr.CHECKPOINTS_SEEN: trial.user_attrs.get(TrialAttr.CHECKPOINTS_SEEN, []),
         **(carried or {}),
     }
-    study.enqueue_trial(_params(trial), user_attrs=attrs)  # whole, though it died mid-take
+    study.enqueue_trial(point_of(trial), user_attrs=attrs)  # whole, though it died mid-take
 
 
 def take(study: optuna.Study, url: str, dists: dict[str, BaseDistribution]) -> Trial | None:

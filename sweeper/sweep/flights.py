@@ -71,6 +71,11 @@ class InFlight:
         return all_started and len(self.ended) == self.started
 
 
+def planned(flights: dict[int, InFlight]) -> dict[int, int]:
+    """The seeds each configuration in flight is to run, by trial number (racing.Budget)."""
+    return {number: len(f.seeds) for number, f in flights.items()}
+
+
 def seed_job(
     flight: InFlight,
     seed: int,

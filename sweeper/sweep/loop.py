@@ -15,9 +15,8 @@ Each configuration in flight moves through explicit phases (training, broken, ho
 the diagram is in flights.py); `_take_configuration`, `_job_ended`, `_look` and `_look_again`
 make the moves, and nothing else changes a phase.
 
-The loop's parts live beside it: start.py opens the study, flights.py says what each job runs,
-tell.py records a configuration's outcome (or queues its point again), tuned.py writes the
-tuned file.
+Beside it: start.py opens the study, flights.py says what each job runs, tell.py records a
+configuration's outcome (or queues its point again), tuned.py writes the tuned file.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from sweeper.study import slots
 from sweeper.study.heartbeat import Heartbeat
 from sweeper.sweep import packs, racing, terminator, trial_process
 from sweeper.sweep.devices import DevicePool
-from sweeper.sweep.flights import InFlight, Job, Phase, quote, seed_job, seeds_of
+from sweeper.sweep.flights import InFlight, Job, Phase, planned, quote, seed_job, seeds_of
 from sweeper.sweep.signals import SignalInterrupt, end_child_processes, leave, signals_interrupt
 from sweeper.sweep.start import start_sweep
 from sweeper.sweep.tell import (
@@ -354,7 +353,8 @@ class SweepRunner:
             me = oa.fresh(study, oa.trial_id(flight.trial))
             grid = self.search_sampler.is_grid
             settings = (self.s.max_seeds, self.s.maximize, grid, self.s.min_difference)
-            step = racing.look(trials, me, *settings, floor=floor_of(trials, self.s))
+            cap = racing.Budget(self.s.budget_seeds, self.config.max_steps, planned(self.in_flight))
+            step = racing.look(trials, me, *settings, floor=floor_of(trials, self.s), budget=cap)
             if step.action == race.SEED:
                 flight.phase = Phase.TRAINING
                 flight.seeds.append(max(flight.seeds) + 1)
