@@ -19,6 +19,7 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,7 +135,29 @@ class Hosts:
         ip("link", "set", self.name(i) + "r", "down")
 
     def heal(self, i: int) -> None:
-        ip("link", "set", self.name(i) + "r", "up")
+        """Host i's link carries again, once both of its ends say they are up: the kernel
+        marks a veth's carrier a moment after `ip link set up`, and a connection tried before
+        that failed with "network unreachable" on a busy machine. Neighbour entries the cut
+        left unresolved are dropped, so the first packet resolves its address afresh."""
+        ns, root, inner = self.name(i), self.name(i) + "r", self.name(i) + "n"
+        inside = ["netns", "exec", ns, "ip"]
+        ip("link", "set", root, "up")
+        deadline = time.monotonic() + 30
+        while not (
+            _carries(ip("-o", "link", "show", root))
+            and _carries(ip(*inside, "-o", "link", "show", inner))
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the link of host {i} is not up 30 s after healing it")
+            time.sleep(0.01)  # a poll of the link's state, not a wait for it to settle
+        ip("neigh", "flush", "dev", root)
+        ip(*inside, "neigh", "flush", "dev", inner)
+
+
+def _carries(shown: subprocess.CompletedProcess) -> bool:
+    """Whether `ip -o link show` says the link is up with a carrier."""
+    flags = shown.stdout.partition("<")[2].partition(">")[0].split(",")
+    return "LOWER_UP" in flags and " state UP " in shown.stdout
 
 
 def _remove_orphans() -> None:
