@@ -129,9 +129,8 @@ def test_sigterm_stops_every_member_and_the_same_command_resumes_each(tmp_path):
 
 
 def test_racing_packs_its_seeds_and_each_seed_is_a_run_of_its_own(tmp_path):
-    """seeds=auto with pack=2: the race's seeds run as packed jobs (a job queued meanwhile,
-    a seed the race adds among them, joins the running pack), and each is recorded as an
-    unpacked race records it."""
+    """seeds=auto with pack=2: the race's seeds run as packed jobs (a job queued meanwhile
+    joins the running pack), and each is recorded as an unpacked race records it."""
     done = run_sweep(
         tmp_path, "lr=1e-3,2e-3", *SHAPE, "hydra.sweeper.pack=2", "hydra.sweeper.seeds=auto"
     )
