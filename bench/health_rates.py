@@ -133,6 +133,13 @@ def variants() -> dict[str, Callable[[str], list[HealthRule]]]:
         "learned_then_broke 4 se": changed("learned_then_broke", bound=4.0),
         "learned_then_broke patience 1": changed("learned_then_broke", patience=1),
         "train_eval_divergence prune": changed("train_eval_divergence", action="prune"),
+        "train_reward_fell 2.5 se x 5": changed("train_reward_fell", bound=2.5, window=5),
+        "train_reward_fell 4.0 se x 5": changed("train_reward_fell", bound=4.0, window=5),
+        "train_reward_fell 5.0 se x 5": changed("train_reward_fell", bound=5.0, window=5),
+        "train_reward_fell 3.0 se x 4": changed("train_reward_fell", bound=3.0, window=4),
+        "train_reward_fell 3.0 se x 8": changed("train_reward_fell", bound=3.0, window=8),
+        "train_reward_fell 4.0 se x 8": changed("train_reward_fell", bound=4.0, window=8),
+        "train_reward_fell 4.0 se x 4": changed("train_reward_fell", bound=4.0, window=4),
     }
 
 

@@ -322,8 +322,10 @@ def test_a_run_that_learned_then_broke_is_pruned_whatever_the_training_reward_di
     # 0.17 > 2 x 0.066 above the baseline (the step-12 eval, 0.1, is still above it)
     # pruned on the second eval back at its baseline; the first (step 14) is warned
     assert (breach.rule, breach.step) == ("learned_then_broke", 16)
+    # the training reward's steps 6-10 (0.17 on average) fell far below its steps 1-5 (0.38)
     assert [(w.rule, w.step) for w in warnings(default_rules(0.01), run)] == [
-        ("learned_then_dropped", 14)
+        ("train_reward_fell", 10),
+        ("learned_then_dropped", 14),
     ]
     assert (
         "is back at its baseline after learning, more than 3 standard errors below its best"

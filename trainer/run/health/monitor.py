@@ -1,8 +1,9 @@
 """The monitor: a run's health rules checked after every step, with the state a resume keeps
-(streaks, baselines, first values, peaks, recent values)."""
+(streaks, baselines, first values and windows, peaks, recent values)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -11,6 +12,7 @@ from records.metrics import is_finite_number, stderr_of
 from trainer.run.health.rules import (
     EARLY_FACTOR,
     GUARD_WINDOW,
+    MAX_WINDOW,
     Action,
     Breach,
     Check,
@@ -20,17 +22,21 @@ from trainer.run.health.rules import (
     guard_words,
 )
 
+LISTS = ("recent", "starts")  # the state's parts that hold a list of values by metric
+KEPT = max(GUARD_WINDOW, MAX_WINDOW)  # recent values kept by metric
+
 
 class HealthMonitor:
     """Checks the rules on each step's metrics; keeps each rule's streak, the baselines (step
-    0), each metric's first value after step 0, its best so far (with the standard error
-    logged beside it there) and its recent values."""
+    0), each metric's first values after step 0 (up to MAX_WINDOW), its best so far (with the
+    standard error logged beside it there) and its recent values."""
 
     def __init__(self, rules: Iterable[HealthRule]) -> None:
         self.rules = list(rules)
         self.streaks = {rule.name: 0 for rule in self.rules}
         self.baselines: dict[str, float] = {}
         self.firsts: dict[str, float] = {}
+        self.starts: dict[str, list[float]] = {}
         self.peaks: dict[str, float] = {}
         self.peak_stderrs: dict[str, float] = {}
         self.recent: dict[str, list[float]] = {}
@@ -42,6 +48,7 @@ class HealthMonitor:
             "streaks": dict(self.streaks),
             "baselines": dict(self.baselines),
             "firsts": dict(self.firsts),
+            "starts": {k: list(v) for k, v in self.starts.items()},
             "peaks": dict(self.peaks),
             "peak_stderrs": dict(self.peak_stderrs),
             "recent": {k: list(v) for k, v in self.recent.items()},
@@ -50,25 +57,28 @@ class HealthMonitor:
     def load_state(self, state: Any) -> None:
         """Continue from a saved `state()` (read from a shared folder: checked, ValueError
         saying what is wrong). A rule the state does not know starts with no streak; a state
-        saved before peaks kept their standard errors has none."""
-        if isinstance(state, dict) and set(state) == set(self.state()) - {"peak_stderrs"}:
-            state = {**state, "peak_stderrs": {}}
+        saved before peaks kept their standard errors has none, one saved before the monitor
+        kept first windows has none (mean_below_start is not judged on those metrics)."""
+        if isinstance(state, dict):
+            optional = {"peak_stderrs", "starts"}
+            state = {**{k: {} for k in optional - set(state)}, **state}
         if not isinstance(state, dict) or set(state) != set(self.state()):
             raise ValueError(f"health state is not {sorted(self.state())}")
-        for key in ("streaks", "baselines", "firsts", "peaks", "peak_stderrs", "recent"):
+        for key in LISTS + ("streaks", "baselines", "firsts", "peaks", "peak_stderrs"):
             part = state[key]
             if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
                 raise ValueError(f"health state's {key} is not a dict by name")
             for name, value in part.items():
-                values = value if key == "recent" and isinstance(value, list) else [value]
+                values = value if key in LISTS and isinstance(value, list) else [value]
                 kind = int if key == "streaks" else float
-                if key == "recent" and not isinstance(value, list):
-                    raise ValueError(f"health state's recent.{name} is not a list")
+                if key in LISTS and not isinstance(value, list):
+                    raise ValueError(f"health state's {key}.{name} is not a list")
                 if not all(_number(v, kind) for v in values):
                     raise ValueError(f"health state's {key}.{name}={value!r} is not a number")
         self.streaks = {rule.name: int(state["streaks"].get(rule.name, 0)) for rule in self.rules}
         self.baselines = dict(state["baselines"])
         self.firsts = dict(state["firsts"])
+        self.starts = {k: list(v) for k, v in state["starts"].items()}
         self.peaks = dict(state["peaks"])
         self.peak_stderrs = dict(state["peak_stderrs"])
         self.recent = {k: list(v) for k, v in state["recent"].items()}
@@ -98,6 +108,8 @@ class HealthMonitor:
 
     def _breach(self, rule: HealthRule, value: float, step: int) -> Breach:
         trend = guard_words(rule, now=False)
+        if rule.check == Check.mean_below_start:  # what fell is the window's mean
+            value = statistics.fmean(self._latest(rule.metric, value, rule.window))
         shown = float(value) if is_finite_number(value) else None
         return Breach(
             rule.name,
@@ -116,13 +128,17 @@ class HealthMonitor:
         for key, value in metrics.items():
             if not is_finite_number(value):
                 continue
+            if key not in self.firsts or key in self.starts:  # not for a state kept without
+                start = self.starts.setdefault(key, [])
+                if len(start) < MAX_WINDOW:
+                    start.append(value)
             self.firsts.setdefault(key, value)
             if value >= self.peaks.get(key, value):
                 self.peaks[key] = value
                 stderr = metrics.get(stderr_of(key))
                 if is_finite_number(stderr):
                     self.peak_stderrs[key] = stderr
-            self.recent[key] = [*self.recent.get(key, [])[-(GUARD_WINDOW - 1) :], value]
+            self.recent[key] = [*self.recent.get(key, [])[-(KEPT - 1) :], value]
 
     def rising(self, metric: str, rise: float, now: Mapping[str, float]) -> bool | None:
         """Whether `metric`'s mean over its last GUARD_WINDOW values (this step's included) is
@@ -205,6 +221,8 @@ class HealthMonitor:
             return value < rule.bound
         if rule.check == Check.fell_from_peak:
             return self._fell_from_peak(rule, value, now)
+        if rule.check == Check.mean_below_start:
+            return self._mean_below_start(rule, value)
         reference = {
             Check.below_baseline: self.baselines,
             Check.below_peak: self.peaks,
@@ -250,6 +268,21 @@ class HealthMonitor:
         if learned is None or fell is None:
             return None
         return peak - base > learned and value <= base and peak - value > fell
+
+    def _mean_below_start(self, rule: HealthRule, value: float) -> bool | None:
+        """The mean of the metric's last `window` values (this step's the last) is more than
+        `bound` standard errors of the difference below the mean of its first `window`; each
+        window's standard error from its own values' spread. None before both are full."""
+        start = self.starts.get(rule.metric, [])[: rule.window]
+        latest = self._latest(rule.metric, value, rule.window)
+        if len(start) < rule.window or len(latest) < rule.window:
+            return None
+        spread = _spread(_stderr_of_mean(start), _stderr_of_mean(latest))
+        return statistics.fmean(start) - statistics.fmean(latest) > rule.bound * spread
+
+
+def _stderr_of_mean(values: list[float]) -> float:
+    return statistics.stdev(values) / len(values) ** 0.5
 
 
 def _spread(mine: float | None, theirs: float | None) -> float | None:

@@ -8,7 +8,15 @@ from dataclasses import fields
 from typing import Any
 
 from records.metrics import is_finite_number
-from trainer.run.health.rules import GUARD_WINDOW, Action, Check, Guard, HealthRule, Unit
+from trainer.run.health.rules import (
+    GUARD_WINDOW,
+    MAX_WINDOW,
+    Action,
+    Check,
+    Guard,
+    HealthRule,
+    Unit,
+)
 
 
 def rules_from_settings(
@@ -30,6 +38,8 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
     for key in ("name", "metric"):
         if not isinstance(item.get(key), str) or not item[key]:
             raise ValueError(f"{where}.{key}={item.get(key)!r}: must be a non-empty string")
+    if item.get("check") == Check.mean_below_start.value:
+        item.setdefault("unit", Unit.stderr.value)  # its windows' own spread: nothing else
     for key, kind, default in (
         ("check", Check, Check.above),
         ("action", Action, Action.prune),
@@ -45,10 +55,11 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
             raise ValueError(f"{where}.{key}={value!r}: must be one of {allowed}") from None
     if item["check"] in (Check.above, Check.below) and item.get("bound") is None:
         item["bound"] = kl_threshold
-    if item["check"] in (Check.below_baseline, Check.below_peak, Check.fell_from_peak) and (
-        item.get("bound") is None
-    ):
+    below = (Check.below_baseline, Check.below_peak, Check.fell_from_peak, Check.mean_below_start)
+    if item["check"] in below and item.get("bound") is None:
         item["bound"] = 0.0
+    if item["check"] == Check.mean_below_start and item["unit"] != Unit.stderr:
+        raise ValueError(f"{where}.unit={item['unit'].value!r}: mean_below_start counts in stderr")
     if item["check"] in (Check.ratio_below, Check.ratio_above) and item.get("bound") is None:
         raise ValueError(f"{where}.bound: a {item['check'].value} rule needs a bound (a factor)")
     for key in ("bound", "guard_fall"):
@@ -60,6 +71,7 @@ def _rule(index: int, item: dict[str, Any], kl_threshold: float) -> HealthRule:
         ("warmup_steps", 0, None),
         ("fall_evals", 1, GUARD_WINDOW),
         ("early_patience", 1, GUARD_WINDOW),
+        ("window", 2 if item["check"] == Check.mean_below_start else 1, MAX_WINDOW),
     ):
         value = item.get(key, low)
         if not isinstance(value, int) or value < low or (high is not None and value > high):
