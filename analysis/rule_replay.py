@@ -38,7 +38,7 @@ from records import metrics as names
 from records.metrics import is_finite_number
 from records.sweep import StudyAttr
 from trainer.base.config import TrainConfig
-from trainer.run.health import HealthRule, replay, rules_from_settings, warnings
+from trainer.run.health import SYMPTOMS, HealthRule, replay, rules_from_settings, warnings
 
 Steps = dict[int, dict[str, float]]  # {step: metrics}
 EVAL_PREFIX = "eval/"
@@ -92,8 +92,10 @@ class Outcome:
 
     @property
     def stop(self) -> int | None:
-        """The step a warn-or-prune first fired."""
-        return min([*self.warned.values(), *filter(None, [self.pruned_at])], default=None)
+        """The step a prune, or a warning that the run broke (not a GRPO symptom's), first
+        fired."""
+        said = [step for rule, step in self.warned.items() if rule not in SYMPTOMS]
+        return min([*said, *filter(None, [self.pruned_at])], default=None)
 
 
 def at_cadence(steps: Steps, every: int) -> Steps:

@@ -3,6 +3,7 @@ together, per model, at eval_every 1, 2, 5 and 10 (bench/HEALTH.md, "Error rates
 
     python bench/health_rates.py --part calibration [--variants]   # choose (and see candidates)
     python bench/health_rates.py --part heldout [--write-docs]      # judge: the frozen defaults
+    python bench/health_rates.py --part heldout --runs smollm2      # a row a run, no rates
 
 Errors are counted on each run's end, whatever its label (analysis/curve_labels.py, `ending`):
 a pruned run that ended up is a false prune, a run that broke down and was neither pruned nor
@@ -29,7 +30,7 @@ from pathlib import Path
 from analysis import rule_replay
 from analysis.rule_replay import Run, Tally
 from records import metrics
-from trainer.run.health import HealthRule, default_rules
+from trainer.run.health import SYMPTOMS, HealthRule, default_rules
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARY = RESULTS / "curves"
@@ -237,15 +238,48 @@ def write_docs(tiny: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+def run_lines(
+    runs: Sequence[Run], cadences: Sequence[int] = (DENSE_EVERY, DEFAULT_EVERY)
+) -> list[str]:
+    """A row a run: its evals (baseline -> best -> last), its end, and what the defaults did at
+    each cadence (pruned where, or the warnings that say it broke; a GRPO symptom's are left
+    out, as the count leaves them)."""
+    rows = [
+        "| run | evals: baseline -> best -> last | end | "
+        + " | ".join(f"every {every}" for every in cadences)
+        + " |",
+        "|---" * (3 + len(cadences)) + "|",
+    ]
+    for run in sorted(runs, key=lambda r: r.run):
+        evals = [p.value for p in rule_replay.heldout_points(run)]
+        cells = []
+        for every in cadences:
+            o = rule_replay.outcome(defaults_for(run.heldout_metric), run, every, None)
+            said = sorted(r for r in o.warned if r not in SYMPTOMS)
+            if o.pruned_at is not None:
+                cells.append(f"pruned at {o.pruned_at} ({o.pruned_by})")
+            else:
+                cells.append("kept" + (f", warned: {', '.join(said)}" if said else ""))
+        shown = f"{evals[0]:.2f} -> {max(evals):.2f} -> {evals[-1]:.2f}"
+        rows.append(
+            f"| {run.run} | {shown} | {rule_replay.run_ending(run)} | " + " | ".join(cells) + " |"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=["calibration", "heldout"], required=True)
     p.add_argument("--variants", action="store_true", help="candidate changes beside the defaults")
     p.add_argument("--write-docs", action="store_true", help="docs/health.md's held-out cells")
+    p.add_argument("--runs", metavar="MODEL", help="a row a run of MODEL (e.g. smollm2), no rates")
     args = p.parse_args(argv)
     runs = runs_of(args.part)
     if not runs:
         p.error(f"--part={args.part}: no recorded runs")
+    if args.runs:
+        print("\n".join(run_lines([r for r in runs if model_of(r) == args.runs])))
+        return 0
     makes = variants() if args.variants else {"defaults": defaults_for}
     out = report(runs, makes)
     if not args.variants:

@@ -10,6 +10,7 @@ from trainer.run.health.rules import (
     LENGTH_GROWTH,
     POST_UPDATE_KL_FACTOR,
     POST_UPDATE_KL_RISE,
+    SYMPTOMS,
     WORDS,
     Action,
     Breach,

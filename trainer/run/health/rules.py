@@ -342,6 +342,9 @@ LENGTH_GROWTH = 1.5
 # Its warning on a seed's record tells the verdict that seeds would not help
 # (analysis/next_step.py).
 NO_LEARNING_SIGNAL = "no_learning_signal"
+# Warnings of a GRPO failure mode, not that the held-out reward broke: entropy_collapse fires on
+# most SmolLM2 learners. A replay's count of missed breaks does not take them for a catch.
+SYMPTOMS = ("entropy_collapse", NO_LEARNING_SIGNAL, "truncation", "length_blowup")
 
 
 def failure_mode_rules(objective: str = metrics.EVAL_REWARD) -> list[HealthRule]:
