@@ -14,9 +14,9 @@ from trainer.run.health import (
     HealthRule,
     default_rules,
     replay,
-    rules_from_settings,
     warnings,
 )
+from trainer.run.health import rules_from_settings as from_settings
 
 REWARD, EVAL, EVAL_SE = metrics.REWARD, metrics.EVAL_REWARD, metrics.stderr_of(metrics.EVAL_REWARD)
 
@@ -118,11 +118,11 @@ def test_a_resumed_monitor_keeps_its_first_window_and_an_older_state_judges_none
 def test_a_bad_window_setting_is_refused_in_one_line(given, message):
     item = {"name": "fell", "metric": REWARD, "check": "mean_below_start", "bound": 3, **given}
     with pytest.raises(ValueError, match=message):
-        rules_from_settings([item], 0.01)
+        from_settings([item], 0.01)
 
 
 def test_a_window_rule_from_settings_counts_in_standard_errors():
-    (made,) = rules_from_settings(
+    (made,) = from_settings(
         [{"name": "fell", "metric": REWARD, "check": "mean_below_start", "window": 2}], 0.01
     )
     assert (made.unit.value, made.bound, made.window) == ("stderr", 0.0, 2)
