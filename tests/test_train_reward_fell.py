@@ -1,5 +1,5 @@
 """train_reward_fell: the training reward, logged every step, read as windows' means, so a break
-between two evals is seen (docs/health.md, "train_reward_fell")."""
+between two evals is seen (its row in docs/health.md's table)."""
 
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ LEARNED_STDERRS = 2.0
 # train_reward_fell reads the training reward, logged every step, so it sees a break between
 # evals: at eval_every=10, SmolLM2 lr=2e-3 seeds 29 and 33 peaked and broke between two evals,
 # and no eval or KL rule fired. Calibrated on the library's calibration part (2,905 tiny runs,
-# 57 SmolLM2 runs; bench/HEALTH.md, "train_reward_fell"): over a run, the largest fall of a
+# 57 SmolLM2 runs; bench/HEALTH.md, "The fourth change"): over a run, the largest fall of a
 # 5-step mean below the first 5 steps' exceeded 3 / 4 / 5 standard errors on 45 / 11 / 3 of
 # the 1,639 tiny runs that ended up, and on 20 / 15 / 9 of SmolLM2's 25 that broke down (seeds
 # 29 and 33: 18 and 7). 4 is the smallest whole bound warning under 1% of the runs that ended
