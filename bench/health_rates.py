@@ -4,6 +4,7 @@ together, per model, at eval_every 1, 2, 5 and 10 (bench/HEALTH.md, "Error rates
     python bench/health_rates.py --part calibration [--variants]   # choose (and see candidates)
     python bench/health_rates.py --part heldout [--write-docs]      # judge: the frozen defaults
     python bench/health_rates.py --part heldout --runs smollm2      # a row a run, no rates
+    python bench/health_rates.py --part calibration --window-falls  # train_reward_fell's choice
 
 Errors are counted on each run's end, whatever its label (analysis/curve_labels.py, `ending`):
 a pruned run that ended up is a false prune, a run that broke down and was neither pruned nor
@@ -25,12 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from analysis import rule_replay
+from analysis.curve_labels import BROKE_DOWN, ENDED_UP
 from analysis.rule_replay import Run, Tally
 from records import metrics
-from trainer.run.health import SYMPTOMS, HealthRule, default_rules
+from trainer.run.health import SYMPTOMS, HealthRule, default_rules, warnings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARY = RESULTS / "curves"
@@ -134,13 +137,10 @@ def variants() -> dict[str, Callable[[str], list[HealthRule]]]:
         "learned_then_broke 4 se": changed("learned_then_broke", bound=4.0),
         "learned_then_broke patience 1": changed("learned_then_broke", patience=1),
         "train_eval_divergence prune": changed("train_eval_divergence", action="prune"),
-        "train_reward_fell 2.5 se x 5": changed("train_reward_fell", bound=2.5, window=5),
-        "train_reward_fell 4.0 se x 5": changed("train_reward_fell", bound=4.0, window=5),
+        "train_reward_fell 3.0 se x 5": changed("train_reward_fell", bound=3.0, window=5),
         "train_reward_fell 5.0 se x 5": changed("train_reward_fell", bound=5.0, window=5),
-        "train_reward_fell 3.0 se x 4": changed("train_reward_fell", bound=3.0, window=4),
-        "train_reward_fell 3.0 se x 8": changed("train_reward_fell", bound=3.0, window=8),
-        "train_reward_fell 4.0 se x 8": changed("train_reward_fell", bound=4.0, window=8),
         "train_reward_fell 4.0 se x 4": changed("train_reward_fell", bound=4.0, window=4),
+        "train_reward_fell 4.0 se x 8": changed("train_reward_fell", bound=4.0, window=8),
     }
 
 
@@ -238,6 +238,26 @@ def write_docs(tiny: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+def window_falls(runs: Sequence[Run]) -> list[str]:
+    """How train_reward_fell's window and bound were chosen: per model, end and (window, bound),
+    the runs it warns at all (the monitor's own check, alone, on every step)."""
+    rule = next(r for r in default_rules() if r.name == "train_reward_fell")
+    shapes = [(window, bound) for window in (4, 5, 8) for bound in (3.0, 4.0, 5.0)]
+    lines = [
+        "model, end (runs): runs warned at window x bound "
+        + ", ".join(f"{w} x {b:g}" for w, b in shapes)
+    ]
+    for model in sorted({model_of(r) for r in runs}):
+        for end in (ENDED_UP, BROKE_DOWN):
+            mine = [r for r in runs if model_of(r) == model and rule_replay.run_ending(r) == end]
+            counts = [
+                sum(bool(warnings([replace(rule, window=w, bound=b)], r.steps)) for r in mine)
+                for w, b in shapes
+            ]
+            lines.append(f"{model}, {end} ({len(mine)}): " + ", ".join(map(str, counts)))
+    return lines
+
+
 def run_lines(
     runs: Sequence[Run], cadences: Sequence[int] = (DENSE_EVERY, DEFAULT_EVERY)
 ) -> list[str]:
@@ -272,11 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", choices=["calibration", "heldout"], required=True)
     p.add_argument("--variants", action="store_true", help="candidate changes beside the defaults")
     p.add_argument("--write-docs", action="store_true", help="docs/health.md's held-out cells")
+    p.add_argument("--window-falls", action="store_true", help="train_reward_fell's choice")
     p.add_argument("--runs", metavar="MODEL", help="a row a run of MODEL (e.g. smollm2), no rates")
     args = p.parse_args(argv)
     runs = runs_of(args.part)
     if not runs:
         p.error(f"--part={args.part}: no recorded runs")
+    if args.window_falls:
+        print("\n".join(window_falls(runs)))
+        return 0
     if args.runs:
         print("\n".join(run_lines([r for r in runs if model_of(r) == args.runs])))
         return 0

@@ -128,7 +128,8 @@ class HealthMonitor:
         for key, value in metrics.items():
             if not is_finite_number(value):
                 continue
-            if key not in self.firsts or key in self.starts:  # not for a state kept without
+            # a state saved before first windows were kept has firsts, no starts: none begun
+            if key not in self.firsts or key in self.starts:
                 start = self.starts.setdefault(key, [])
                 if len(start) < MAX_WINDOW:
                     start.append(value)

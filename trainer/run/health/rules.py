@@ -229,12 +229,11 @@ LEARNED_STDERRS = 2.0
 # a warning prunes nothing, so it cannot add a false prune.
 # train_reward_fell reads the training reward, logged every step, so it sees a break between
 # evals: at eval_every=10, SmolLM2 lr=2e-3 seeds 29 and 33 peaked and broke between two evals,
-# and no eval or KL rule fired. Calibrated on the library's calibration part (2,905 tiny runs,
-# 57 SmolLM2 runs; bench/HEALTH.md, "The fourth change"): over a run, the largest fall of a
-# 5-step mean below the first 5 steps' exceeded 3 / 4 / 5 standard errors on 45 / 11 / 3 of
-# the 1,639 tiny runs that ended up, and on 20 / 15 / 9 of SmolLM2's 25 that broke down (seeds
-# 29 and 33: 18 and 7). 4 is the smallest whole bound warning under 1% of the runs that ended
-# up; windows of 4 warned more of those (20), of 8 caught fewer SmolLM2 breaks and later.
+# and no eval or KL rule fired. On the calibration part (`health_rates.py --window-falls`) it
+# warned at 3 / 4 / 5 standard errors 45 / 11 / 3 of the 1,639 tiny runs that ended up, and
+# 20 / 15 / 9 of SmolLM2's 25 that broke down (seeds 29 and 33 among them at each). 4 is the
+# smallest whole bound warning under 1% of those that ended up; windows of 4 warned 20 of
+# them, of 8 caught 13 SmolLM2 breaks.
 TRAIN_FELL_STDERRS = 4.0
 TRAIN_FELL_WINDOW = 5
 # Before the held-out reward has a value after its baseline, a guarded rule fires only at this
