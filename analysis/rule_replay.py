@@ -57,6 +57,7 @@ class Run:
     complete: bool = True  # a pruned or failed trial's curve is cut: it has no label
     error: str | None = None  # the library's run that blew up (non-finite): a collapse
     eval_every: int = 1  # the cadence it was recorded at: a replay's must be a multiple
+    recorded_densely: bool = False  # the library's: an eval on demand comes from its recording
 
     def __post_init__(self) -> None:
         """The held-out metric's standard error where a recording lacks it (the library's
@@ -116,10 +117,29 @@ def _evaluated(step: int, every: int, last: int) -> bool:
     return step in (0, last) or (every > 0 and step % every == 0)
 
 
-def run_rules(rules: Sequence[HealthRule], steps: Steps) -> tuple[Any, dict[str, int]]:
+def run_rules(
+    rules: Sequence[HealthRule], steps: Steps, evals: Steps | None = None
+) -> tuple[Any, dict[str, int]]:
     """The first pruning breach (or None) and each warning rule's first step before it:
-    health.py's own replay, the monitor a sweep runs."""
-    return replay(rules, steps), {b.rule: b.step for b in warnings(rules, steps)}
+    health.py's own replay, the monitor a sweep runs (with `evals` on demand)."""
+    fired = warnings(rules, steps, evals)
+    return replay(rules, steps, evals), {b.rule: b.step for b in fired}
+
+
+def evals_on_demand(run: Run) -> Steps | None:
+    """The eval a trainer would run on demand at each step (HealthMonitor.wants_eval), from a
+    library run's recording: the step's own, else the next one recorded (one step late on a
+    run recorded every 2 steps before record_curves' --dense-until). None for a study's runs:
+    they hold only the evals they ran, so the early gate decides."""
+    if not run.recorded_densely:
+        return None
+    evals, latest = {}, None
+    for step in sorted(run.steps, reverse=True):
+        own = {k: v for k, v in run.steps[step].items() if k.startswith(EVAL_PREFIX)}
+        latest = own or latest
+        if latest:
+            evals[step] = latest
+    return evals
 
 
 def heldout_points(run: Run) -> list[Point]:
@@ -167,7 +187,7 @@ def eval_stderr(run: Run, m: Mapping[str, float]) -> float:
 
 
 def outcome(rules: Sequence[HealthRule], run: Run, every: int, lab: Label | None) -> Outcome:
-    breach, warned = run_rules(rules, at_cadence(run.steps, every))
+    breach, warned = run_rules(rules, at_cadence(run.steps, every), evals_on_demand(run))
     return Outcome(
         run.run,
         lab.label if lab else None,
@@ -358,6 +378,7 @@ def library_run(data: Mapping[str, Any]) -> Run:
         data.get("part", ""),
         error=data.get("error"),
         eval_every=data.get("eval_every", 1),
+        recorded_densely=True,
     )
 
 

@@ -41,8 +41,9 @@ LIBRARY = RESULTS / "curves"
 # 265-309 with an eval every step (so 1, 2, 5 and 10 replay exactly), recorded after the
 # freeze "Health: learned_then_broke and the KL rule wait for a second eval"; the KL rule's
 # later change (its fall on 2 evals, 2 early steps) was chosen on the calibration part alone.
-# SmolLM2: 32 steps, odd seeds from 17, recorded after that change ("Health: the KL rule's
-# guard waits for a fall on 2 evals"); the seeds 13 and 15 recorded before it calibrate now.
+# SmolLM2: 32 steps, an eval every 2 and at every step up to 10 (an eval on demand's), recorded
+# after the freeze "Health: an eval on demand decides the KL rule's early prune"; every
+# SmolLM2 run recorded before it calibrates now.
 AFTER_FREEZE = RESULTS / "curves_after_freeze"
 # The first recordings (bench/bench_health.py's format), all used to choose the rules before.
 LEGACY = {

@@ -4,7 +4,8 @@ format for the health rules' error rates and the verdict/forecast replays.
 
     python bench/record_curves.py [--model tiny|smollm2] [--part calibration|heldout|all]
         [--tasks addition addition_length] [--lrs 3e-4 2e-3 ...] [--seeds 12] [--steps 50]
-        [--eval-every 2] [--from-seed N] [--out bench/results/curves] [--list]
+        [--eval-every 2] [--dense-until 10] [--from-seed N] [--out bench/results/curves]
+        [--list]
 
 Resumable run by run: a run's file is written when it ends and a rerun of the same command
 skips the runs whose file is there. Seeds are the sweeper's (`seeds_of(0, n)`); a run's part
@@ -31,6 +32,7 @@ from machine_info import machine  # bench/ is on the path: this runs as a script
 
 import trainer  # noqa: F401  (registers the config schemas)
 from sweeper.sweep.flights import seeds_of
+from trainer.run.health import HealthMonitor
 from trainer.run.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,11 +110,26 @@ def compact(value: object) -> object:
     return value
 
 
+class EvalsAsked(HealthMonitor):
+    """No rules (the recording prunes nothing); asks for an eval at every step up to `until`,
+    where a trainer evaluating less often may run one on demand (HealthMonitor.wants_eval:
+    before its first scheduled eval), so a replay at any cadence finds it recorded."""
+
+    def __init__(self, until: int) -> None:
+        super().__init__([])
+        self.until = until
+
+    def wants_eval(self, step: int, metrics: dict) -> bool:
+        return 0 < step <= self.until
+
+
 def record(run: dict, args: argparse.Namespace, path: Path) -> dict:
     steps: dict[str, dict] = {}
     started = time.perf_counter()
 
     class Reporter:  # trainer.run.train.Reporter: every step's metrics
+        monitor = EvalsAsked(args.dense_until)
+
         def report(self, step: int, metrics: dict) -> None:
             steps[str(step)] = {k: compact(v) for k, v in sorted(metrics.items())}
 
@@ -137,6 +154,7 @@ def record(run: dict, args: argparse.Namespace, path: Path) -> dict:
         "heldout_metric": HELDOUT_METRIC.get(run["task"], DEFAULT_METRIC),
         "eval_size": eval_size,
         "eval_every": args.eval_every,
+        "dense_until": args.dense_until,
         "overrides": [recorded(o) for o in overrides(run, args)],
         "error": error,
         "wall_s": round(wall, 1),
@@ -160,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=2)
+    p.add_argument(
+        "--dense-until",
+        type=int,
+        default=10,
+        help="also evaluate every step up to this one (where an eval on demand may fall)",
+    )
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--list", action="store_true", help="print the plan and what is done")
     args = p.parse_args(argv)

@@ -174,7 +174,8 @@ def train(
         for step in bar:
             metrics = pipeline.step(step)
             scheduler.step()
-            if step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0):
+            due = step == cfg.max_steps or (cfg.eval_every and step % cfg.eval_every == 0)
+            if due or watch.wants_eval(step, metrics):
                 eval_metrics, per_problem = evaluate(sampler, task, settings, cfg)
                 metrics.update(eval_metrics)
                 last_eval = eval_metrics[metrics_names.EVAL_REWARD]
@@ -218,6 +219,14 @@ class RunHealth:
         self.own = given is None  # checked here, not by the reporter
         self.monitor = HealthMonitor(default_rules(kl_threshold)) if given is None else given
         self.warned: set[str] = set()
+
+    def wants_eval(self, step: int, metrics: dict[str, float]) -> bool:
+        """Evaluate at this step, off the eval_every schedule: before any eval since the
+        baseline, a KL rule would otherwise prune on the KL alone (HealthMonitor.wants_eval)."""
+        if not self.monitor.wants_eval(step, metrics):
+            return False
+        log.info("Evaluating at step %d, off the schedule: the health rules ask for it", step)
+        return True
 
     def check(self, step: int, metrics: dict[str, float]) -> None:
         if not self.own:

@@ -117,7 +117,8 @@ class Reporting(TrainerCallback):
         if self.timeouts is not None:
             metrics[metrics_names.REWARD_TIMEOUTS] = self.timeouts.take()
         eval_every = self.cfg.eval_every
-        if step == self.cfg.max_steps or (eval_every and step % eval_every == 0):
+        due = step == self.cfg.max_steps or (eval_every and step % eval_every == 0)
+        if due or (self.evaluate is not None and self.health.wants_eval(step, metrics)):
             metrics.update(self.eval_metrics())
         self.report(step, metrics, control)
         for name in (metrics_names.LOSS, metrics_names.GRAD_NORM):

@@ -106,6 +106,29 @@ class HealthMonitor:
         self._remember(metrics)
         return fired
 
+    def wants_eval(self, step: int, metrics: Mapping[str, float]) -> bool:
+        """Whether an eval now would decide a prune: a pruning rule guarded by the held-out
+        reward (Guard.not_improved) would fire this step on its early gate, the check alone,
+        for want of an eval since the baseline. A trainer that can evaluates at this step and
+        checks with it, so the held-out reward decides. Only asks: nothing is counted."""
+        if step == 0:
+            return False
+        for rule in self.rules:
+            value = metrics.get(rule.metric)
+            if (
+                rule.action != Action.prune
+                or rule.guard != Guard.not_improved
+                or value is None
+                or step <= rule.warmup_steps
+                or self._guard_latest(rule, metrics)[0] is not None
+            ):
+                continue
+            holds = self._holds(rule, value, metrics)
+            streak = self.streaks[rule.name] + 1 if holds else 0
+            if holds and streak >= rule.patience and self._gate(rule, metrics, value):
+                return True
+        return False
+
     def _breach(self, rule: HealthRule, value: float, step: int) -> Breach:
         trend = guard_words(rule, now=False)
         if rule.check == Check.mean_below_start:  # what fell is the window's mean
@@ -155,16 +178,14 @@ class HealthMonitor:
         """Guard.not_improved: whether the guard metric's latest value after step 0 (this
         step's included) is no more than `rise` above its baseline (`rise` in `guard_unit`),
         or has fallen more than `guard_fall` standard errors below its best. Before it has
-        one (the first eval after step 0 not yet in, or evals off), or without the standard
-        error a margin in standard errors needs, the check alone decides at EARLY_FACTOR times
-        the bound: a fast learner's KL sits below it, a collapse's far above."""
+        one (the first eval after step 0 not yet in, and no eval on demand: `wants_eval`), or
+        without the standard error a margin in standard errors needs, the check alone decides
+        at EARLY_FACTOR times the bound: a fast learner's KL sits below it, a collapse's far
+        above."""
         if rule.guard != Guard.not_improved:
             return True
         metric = rule.guard_metric
-        latest, latest_se = now.get(metric), now.get(stderr_of(metric))
-        if not is_finite_number(latest):
-            latest = (self.recent.get(metric) or [None])[-1]
-            latest_se = (self.recent.get(stderr_of(metric)) or [None])[-1]
+        latest, latest_se = self._guard_latest(rule, now)
         baseline = self.baselines.get(metric)
         margin = rule.rise
         if rule.guard_unit == Unit.stderr and latest is not None:
@@ -178,6 +199,17 @@ class HealthMonitor:
                 v > EARLY_FACTOR * rule.bound for v in streak
             )
         return latest <= baseline + margin or self._fell(rule, now)
+
+    def _guard_latest(
+        self, rule: HealthRule, now: Mapping[str, float]
+    ) -> tuple[float | None, float | None]:
+        """The guard metric's latest value after step 0 (this step's if logged) and the
+        standard error logged beside it; (None, None) before it has one."""
+        metric = rule.guard_metric
+        if is_finite_number(now.get(metric)):
+            return now[metric], now.get(stderr_of(metric))
+        latest = (self.recent.get(metric) or [None])[-1]
+        return latest, (self.recent.get(stderr_of(metric)) or [None])[-1]
 
     def _fell(self, rule: HealthRule, now: Mapping[str, float]) -> bool:
         """Whether the guard metric's value this step, and its `fall_evals - 1` values before,
