@@ -126,17 +126,16 @@ def run_rules(
     return replay(rules, steps, evals), {b.rule: b.step for b in fired}
 
 
-def evals_on_demand(run: Run) -> Steps | None:
-    """The eval a trainer would run on demand at each step (HealthMonitor.wants_eval), from a
-    library run's recording: the step's own, else the next one recorded (one step late on a
-    run recorded every 2 steps before record_curves' --dense-until). None for a study's runs:
-    they hold only the evals they ran, so the early gate decides."""
-    if not run.recorded_densely:
-        return None
+def evals_on_demand(run: Run) -> Steps:
+    """The eval a trainer would run on demand at each step (HealthMonitor.wants_eval). A
+    library run's recording lends the step's own, else the next one recorded (one step late on
+    a run recorded every 2 steps before record_curves' --dense-until). A study's run lends only
+    the evals it logged, at their own steps (those it ran on demand among them): elsewhere
+    the early gate decides."""
     evals, latest = {}, None
     for step in sorted(run.steps, reverse=True):
         own = {k: v for k, v in run.steps[step].items() if k.startswith(EVAL_PREFIX)}
-        latest = own or latest
+        latest = own or (latest if run.recorded_densely else None)
         if latest:
             evals[step] = latest
     return evals

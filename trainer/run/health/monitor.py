@@ -12,6 +12,7 @@ from records.metrics import is_finite_number, stderr_of
 from trainer.run.health.rules import (
     EARLY_FACTOR,
     GUARD_WINDOW,
+    LEARNED_STDERRS,
     MAX_WINDOW,
     Action,
     Breach,
@@ -177,28 +178,36 @@ class HealthMonitor:
     def _gate(self, rule: HealthRule, now: Mapping[str, float], value: float) -> bool:
         """Guard.not_improved: whether the guard metric's latest value after step 0 (this
         step's included) is no more than `rise` above its baseline (`rise` in `guard_unit`),
-        or has fallen more than `guard_fall` standard errors below its best. Before it has
-        one (the first eval after step 0 not yet in, and no eval on demand: `wants_eval`), or
-        without the standard error a margin in standard errors needs, the check alone decides
-        at EARLY_FACTOR times the bound: a fast learner's KL sits below it, a collapse's far
-        above."""
+        or has fallen more than `guard_fall` standard errors below its best.
+        Before it has one, or without the standard error a margin in standard errors needs,
+        the check alone decides at EARLY_FACTOR times the bound (`_far_out`): a fast learner's
+        KL sits below it, a collapse's far above. Where the first value after step 0 comes at
+        this step (an eval on demand: `wants_eval`) and the check is that far out, it still
+        decides unless that value shows the run learned (`_learned`)."""
         if rule.guard != Guard.not_improved:
             return True
         metric = rule.guard_metric
         latest, latest_se = self._guard_latest(rule, now)
         baseline = self.baselines.get(metric)
-        margin = rule.rise
-        if rule.guard_unit == Unit.stderr and latest is not None:
-            spread = _spread(latest_se, self.baselines.get(stderr_of(metric)))
-            margin = None if spread is None else rule.rise * spread
-        if latest is None or baseline is None or margin is None:
-            if rule.bound is None or not is_finite_number(value):
-                return True
-            streak = self._latest(rule.metric, value, rule.early_patience)
-            return len(streak) == rule.early_patience and all(
-                v > EARLY_FACTOR * rule.bound for v in streak
-            )
+        spread = _spread(latest_se, self.baselines.get(stderr_of(metric)))
+        in_stderrs = rule.guard_unit == Unit.stderr
+        if latest is None or baseline is None or (in_stderrs and spread is None):
+            return self._far_out(rule, value)
+        if not self.recent.get(metric) and self._far_out(rule, value):
+            learned = LEARNED_STDERRS * spread if in_stderrs else max(rule.rise, 0.0)
+            return not latest > baseline + learned
+        margin = rule.rise * spread if in_stderrs else rule.rise
         return latest <= baseline + margin or self._fell(rule, now)
+
+    def _far_out(self, rule: HealthRule, value: float) -> bool:
+        """The check's value this step and its `early_patience - 1` before, each above
+        EARLY_FACTOR times the bound (a rule without a bound: the check alone)."""
+        if rule.bound is None or not is_finite_number(value):
+            return True
+        streak = self._latest(rule.metric, value, rule.early_patience)
+        return len(streak) == rule.early_patience and all(
+            v > EARLY_FACTOR * rule.bound for v in streak
+        )
 
     def _guard_latest(
         self, rule: HealthRule, now: Mapping[str, float]

@@ -239,10 +239,11 @@ TRAIN_FELL_WINDOW = 5
 # Before the held-out reward has a value after its baseline, a guarded rule fires only at this
 # many times its bound: SmolLM2 lr=1e-3, the fastest learner, peaks at 0.39 (3.9x the KL bound)
 # early; every collapse passes 10x within 5 steps (tiny lr=3e-2: 2.6-60; SmolLM2 lr=1e-2:
-# 9.9-29.5). There our trainer asks for an eval (HealthMonitor.wants_eval) and the guard
-# decides: at eval_every=10 the KL alone pruned SmolLM2 lr=2e-3 seed 41 (KL 5.35, 2.46 at
-# steps 6-7; it ended at 0.50 from 0.25). On the calibration part that eval kept it and changed
-# nothing else: tiny every 2 and 10 the same prunes and misses (the collapses' evals had fallen).
+# 9.9-29.5). There our trainer asks for an eval (HealthMonitor.wants_eval); the KL's prune
+# stands unless it shows the run learned (LEARNED_STDERRS above the baseline): at
+# eval_every=10 the KL alone pruned SmolLM2 lr=2e-3 seed 41 (5.35, 2.46 at steps 6-7), which
+# ended at 0.50 from 0.25. The guard alone (2.5 standard errors below the baseline) could not
+# prune a collapse to 0 where the baseline is that close to 0 (0.25 over 16 problems).
 EARLY_FACTOR = 10
 
 
