@@ -4,6 +4,7 @@ together, per model, at eval_every 1, 2, 5 and 10 (bench/HEALTH.md, "Error rates
     python bench/health_rates.py --part calibration [--variants]   # choose (and see candidates)
     python bench/health_rates.py --part heldout [--write-docs]      # judge: the frozen defaults
     python bench/health_rates.py --part heldout --runs smollm2      # a row a run, no rates
+    python bench/health_rates.py --part heldout --model smollm2     # one model's rates only
     python bench/health_rates.py --part calibration --window-falls  # train_reward_fell's choice
 
 Errors are counted on each run's end, whatever its label (analysis/curve_labels.py, `ending`):
@@ -295,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-docs", action="store_true", help="docs/health.md's held-out cells")
     p.add_argument("--window-falls", action="store_true", help="train_reward_fell's choice")
     p.add_argument("--runs", metavar="MODEL", help="a row a run of MODEL (e.g. smollm2), no rates")
+    p.add_argument("--model", help="only this model's runs: its part of the JSON is rewritten")
     args = p.parse_args(argv)
-    runs = runs_of(args.part)
+    runs = [r for r in runs_of(args.part) if args.model in (None, model_of(r))]
     if not runs:
         p.error(f"--part={args.part}: no recorded runs")
     if args.window_falls:
@@ -310,12 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.variants:
         path = rates_path(args.part)
         summary = {"part": args.part, "runs": sorted(r.run for r in runs), "models": out}
+        if args.model and path.exists():  # the other models' parts as they were
+            kept = json.loads(path.read_text())
+            others = [r for r in kept["runs"] if not r.startswith(f"{args.model}-")]
+            summary["runs"] = sorted(others + summary["runs"])
+            summary["models"] = {**kept["models"], **out}
         path.write_text(json.dumps(summary, indent=1) + "\n")
         print(f"\nwrote {path.relative_to(RESULTS.parents[1])}")
         if args.write_docs:
             if args.part != "heldout":
                 p.error("--write-docs quotes --part heldout")
-            write_docs(out["tiny"])
+            write_docs(summary["models"]["tiny"])
     return 0
 
 

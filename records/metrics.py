@@ -57,8 +57,9 @@ ASYNC_STALE_MEAN = "async/stale_mean"
 ASYNC_STALE_MAX = "async/stale_max"
 ASYNC_DISCARDED = "async/discarded"
 
-# Held-out eval, at step 0 (the baseline), every eval_every steps and at the end. A mean's
-# standard error over problems sits beside it (`stderr_of`).
+# Held-out eval, at step 0 (the baseline), every eval_every steps, at the end, and where the
+# health rules ask (HealthMonitor.wants_eval). A mean's standard error over problems sits
+# beside it (`stderr_of`).
 EVAL_REWARD = "eval/reward/mean"  # sampled completions (eval_samples per problem)
 EVAL_GREEDY = "eval/greedy/mean"  # greedy decoding on the same problems (eval_greedy)
 EVAL_TRUNCATED = "eval/truncated"  # share of sampled eval completions cut at max_tokens

@@ -111,7 +111,8 @@ class HealthMonitor:
         """Whether an eval now would decide a prune: a pruning rule guarded by the held-out
         reward (Guard.not_improved) would fire this step on its early gate, the check alone,
         for want of an eval since the baseline. A trainer that can evaluates at this step and
-        checks with it, so the held-out reward decides. Only asks: nothing is counted."""
+        checks with it: the prune stands unless that eval shows the run learned (`_gate`).
+        Only asks: nothing is counted."""
         if step == 0:
             return False
         for rule in self.rules:

@@ -184,13 +184,11 @@ WORDS = {
 # The rules that read the held-out reward count in its own noise: standard errors of a
 # difference, from the `<metric>/stderr` the eval logs beside it, so one rule fits a 64-problem
 # eval on SmolLM2 and a 400-problem one on the tiny model (an absolute 0.1 could never fire on
-# a task whose baseline is under 0.1). Calibrated on the recorded-curve library's calibration
-# part (tiny, 240 runs; SmolLM2, 17 runs), counting errors whatever a run's label
-# (bench/health_rates.py, `python bench/health_rates.py --part calibration --variants`):
+# a task whose baseline is under 0.1). Calibrated on the library's calibration part (tiny, 240
+# runs; SmolLM2, 17), errors counted whatever a run's label (health_rates.py --variants):
 # - post_update_kl at 20 x kl_threshold, while the held-out reward is 2 standard errors below
-#   its baseline or 3 below its best. At 10 x and "not above its baseline", flat runs whose eval
-#   wandered within noise were pruned on a KL of 0.1-0.2: 9 of 131 runs that ended above their
-#   baseline plus a standard error at eval_every=2 (4 with these).
+#   its baseline or 3 below its best (at 10 x and "not above its baseline": 9 of 131 runs that
+#   ended up pruned at eval_every=2, flat evals within noise on a KL of 0.1-0.2; 4 with these).
 # - eval_collapse at 3 standard errors below the baseline on 2 evals in a row (one noisy eval
 #   pruned flat runs at 2-2.5); learned_then_broke at 3 standard errors.
 # - Then, on the whole library (2,880 tiny runs: the earlier held-out seeds had been looked at,
@@ -200,8 +198,8 @@ WORDS = {
 #   learned_then_dropped, as eval_drop for eval_collapse) and the KL guard opens at 2.5
 #   standard errors below the baseline or 4 below the best (the best of many noisy evals sits
 #   high): 20 pruned (1.2%), broken runs missed 7 -> 9 of 807; at eval_every=10 4 pruned
-#   (was 11), 35 missed of 810 (was 33). Waiting 4 KL steps instead pruned fewer (1.0%) but
-#   let SmolLM2's 3-step KL spikes through: its collapses went on to eval_collapse, later.
+#   (was 11), 35 missed of 810 (was 33). Waiting 4 KL steps pruned fewer (1.0%) but let
+#   SmolLM2's 3-step KL spikes through to eval_collapse, later.
 # - SmolLM2's held-out runs after that freeze (now calibration, 30 runs) had 2 false prunes at
 #   eval_every=2 and 3 at 10, all at lr 2e-3-3e-3, where the KL runs 0.5-17 a step whether a
 #   run recovers or breaks. One eval 4 standard errors below the best opened the guard on a run
@@ -220,8 +218,8 @@ COLLAPSE_STDERRS = 3.0
 BROKE_STDERRS = 3.0
 # How far its best must have risen above the baseline for a run to have learned: 2 standard
 # errors. At 3, the issue's SmolLM2 run (0.092 -> 0.262 on 64 problems: 2.6 standard errors)
-# never "learned", so its break went unseen; at 2 the calibration part's false prunes did not
-# change (4 of 131 at eval_every=2, 3 of 142 at 10), one more break was caught at each.
+# never "learned" and its break went unseen; at 2 the calibration part's false prunes held (4
+# of 131 at eval_every=2, 3 of 142 at 10), one more break was caught at each.
 LEARNED_STDERRS = 2.0
 # eval_collapse waits for a second eval, so a break the last eval shows goes unpruned: at
 # eval_every=10, 43 of the 743 tiny held-out runs that broke down (2 on the calibration part).
@@ -237,13 +235,12 @@ LEARNED_STDERRS = 2.0
 TRAIN_FELL_STDERRS = 4.0
 TRAIN_FELL_WINDOW = 5
 # Before the held-out reward has a value after its baseline, a guarded rule fires only at this
-# many times its bound: SmolLM2 lr=1e-3, the fastest learner, peaks at 0.39 (3.9x the KL bound)
-# early; every collapse passes 10x within 5 steps (tiny lr=3e-2: 2.6-60; SmolLM2 lr=1e-2:
-# 9.9-29.5). There our trainer asks for an eval (HealthMonitor.wants_eval); the KL's prune
-# stands unless it shows the run learned (LEARNED_STDERRS above the baseline): at
-# eval_every=10 the KL alone pruned SmolLM2 lr=2e-3 seed 41 (5.35, 2.46 at steps 6-7), which
-# ended at 0.50 from 0.25. The guard alone (2.5 standard errors below the baseline) could not
-# prune a collapse to 0 where the baseline is that close to 0 (0.25 over 16 problems).
+# many times its bound (SmolLM2 lr=1e-3, the fastest learner, peaks at 3.9x early; every
+# collapse passes 10x within 5 steps). There our trainer asks for an eval (wants_eval); the
+# prune stands unless it shows the run learned (LEARNED_STDERRS above the baseline). At
+# eval_every=10 the KL alone pruned SmolLM2 lr=2e-3 seed 41 (5.35, 2.46 at steps 6-7; it ended
+# at 0.50 from 0.25). The guard's own bar, 2.5 standard errors below the baseline, could not
+# prune a collapse to 0 from a baseline that close to 0 (0.25 over 16 problems).
 EARLY_FACTOR = 10
 
 
