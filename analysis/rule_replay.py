@@ -38,7 +38,7 @@ from records import metrics as names
 from records.metrics import is_finite_number
 from records.sweep import StudyAttr
 from trainer.base.config import TrainConfig
-from trainer.run.health import SYMPTOMS, HealthRule, replay, rules_from_settings, warnings
+from trainer.run.health import SYMPTOMS, HealthRule, replay_run, rules_from_settings
 
 Steps = dict[int, dict[str, float]]  # {step: metrics}
 EVAL_PREFIX = "eval/"
@@ -122,8 +122,8 @@ def run_rules(
 ) -> tuple[Any, dict[str, int]]:
     """The first pruning breach (or None) and each warning rule's first step before it:
     health.py's own replay, the monitor a sweep runs (with `evals` on demand)."""
-    fired = warnings(rules, steps, evals)
-    return replay(rules, steps, evals), {b.rule: b.step for b in fired}
+    breach, fired = replay_run(rules, steps, evals)
+    return breach, {b.rule: b.step for b in fired}
 
 
 def evals_on_demand(run: Run) -> Steps:

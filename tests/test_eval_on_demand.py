@@ -124,20 +124,22 @@ def test_trls_callback_evaluates_off_its_schedule_when_the_rules_ask():
     cfg = SimpleNamespace(
         num_substeps=1, compute_post_kl=True, max_steps=20, eval_every=10, kl_threshold=0.01
     )
+    trained: list[float] = []  # the KLs of the steps TRL has trained so far
     evaluated: list[int] = []
-    reporting = None
+
+    def step_kls(post_update: bool) -> dict[str, float]:
+        trained.append(SEED41_KL[len(trained)])
+        return {KL2: trained[-1]}
 
     def evaluate():
-        evaluated.append(reporting.last_step)
+        evaluated.append(len(trained))
         return {EVAL: 0.55, EVAL_SE: 0.063}, {}
 
-    kls = iter(SEED41_KL)
-    reporting = Reporting(cfg, None, evaluate, lambda post: {KL2: next(kls)}, False)
+    reporting = Reporting(cfg, None, evaluate, step_kls, False)
     control = SimpleNamespace(should_training_stop=False, should_save=True)
     reporting.report(0, {EVAL: 0.25, EVAL_SE: 0.055}, control)
     for step in range(1, 10):
         state = SimpleNamespace(global_step=step)
-        reporting.last_step = step
         reporting.on_log(None, state, control, logs={"reward": 0.5, "entropy": 0.9})
     assert evaluated == [7] and not control.should_training_stop
 

@@ -3,7 +3,7 @@
 (the rules on a recorded run)."""
 
 from trainer.run.health.monitor import HealthMonitor, first_to_prune
-from trainer.run.health.replay import replay, warnings
+from trainer.run.health.replay import replay, replay_run, warnings
 from trainer.run.health.rules import (
     EARLY_FACTOR,
     GUARD_WINDOW,

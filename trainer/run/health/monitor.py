@@ -184,7 +184,7 @@ class HealthMonitor:
         the check alone decides at EARLY_FACTOR times the bound (`_far_out`): a fast learner's
         KL sits below it, a collapse's far above. Where the first value after step 0 comes at
         this step (an eval on demand: `wants_eval`) and the check is that far out, it still
-        decides unless that value shows the run learned (`_learned`)."""
+        decides unless that value is LEARNED_STDERRS above the baseline (the run learned)."""
         if rule.guard != Guard.not_improved:
             return True
         metric = rule.guard_metric

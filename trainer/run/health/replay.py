@@ -17,24 +17,28 @@ Curve = Mapping[int, Mapping[str, float]]
 
 def replay(rules: Iterable[HealthRule], curve: Curve, evals: Curve | None = None) -> Breach | None:
     """The pruning breach a monitor finds on a recorded run ({step: metrics}), or None."""
-    for fired in _fired(HealthMonitor(rules), curve, evals):
-        breach = first_to_prune(fired)
-        if breach is not None:
-            return breach
-    return None
+    return replay_run(rules, curve, evals)[0]
 
 
 def warnings(rules: Iterable[HealthRule], curve: Curve, evals: Curve | None = None) -> list[Breach]:
     """Each warning rule's first firing on a recorded run, before the step of any pruning
     breach (a sweep records no warning at the step it prunes: the prune says it)."""
+    return replay_run(rules, curve, evals)[1]
+
+
+def replay_run(
+    rules: Iterable[HealthRule], curve: Curve, evals: Curve | None = None
+) -> tuple[Breach | None, list[Breach]]:
+    """Both in one pass: the pruning breach (or None) and the warnings before it."""
     seen: dict[str, Breach] = {}
     for fired in _fired(HealthMonitor(rules), curve, evals):
-        if first_to_prune(fired):
-            break
-        for breach in fired:
-            if breach.action == Action.warn.value:
-                seen.setdefault(breach.rule, breach)
-    return list(seen.values())
+        breach = first_to_prune(fired)
+        if breach is not None:
+            return breach, list(seen.values())
+        for warning in fired:
+            if warning.action == Action.warn.value:
+                seen.setdefault(warning.rule, warning)
+    return None, list(seen.values())
 
 
 def _fired(monitor: HealthMonitor, curve: Curve, evals: Curve | None) -> Iterator[list[Breach]]:
