@@ -43,9 +43,11 @@ from judge.configs import (
     configs_from_trials,
     objective_range,
 )
+from judge.configs import broke as seed_broke
+from judge.edge import Setting, away_from_edge, broken_neighbour
 from judge.stats import Interval
 from records.metrics import EVAL_REWARD, is_finite_number
-from records.sweep import StudyAttr
+from records.sweep import StudyAttr, replicates
 
 __all__ = [
     "Config",
@@ -106,19 +108,30 @@ def sweep_verdict(
     study_attrs: Mapping[str, Any],
     maximize: bool,
     study: str | None = None,
+    edge: bool = True,
 ) -> Verdict:
     """The verdict of a study as recorded: raced seeds compare at the race's level; a study
     the terminator stopped says why it ran fewer trials than planned. study: its name, for
-    the tuned file the next step points to."""
+    the tuned file the next step points to. edge: among those tied, name one away from the
+    edge of stability (judge/edge.py; False only for bench/bench_cost.py's comparison)."""
     trials = list(trials)
     objective = study_attrs.get(StudyAttr.OBJECTIVE, EVAL_REWARD)
     floor = break_floor(objective, maximize, trials)
     configs = configs_from_trials(trials, floor)
+    judged = {c.label for c in configs}
+    # configurations left out of the comparison whose seeds broke still mark the edge
+    uncounted = [
+        Setting(f"t{t.number}", dict(t.params), True)
+        for t in trials
+        if f"t{t.number}" not in judged and any(seed_broke(r) for r in replicates(t))
+    ]
     broken = sum(t.state in (TrialState.PRUNED, TrialState.FAIL) for t in trials)
     bounds = objective_range(objective, [v for c in configs for v in (*c.values, c.baseline)])
     max_seeds = study_attrs.get(StudyAttr.MAX_SEEDS)
     evidence = evidence_of(trials, study_attrs)
-    out = verdict(configs, maximize, max_seeds, bounds, broken, study, evidence)
+    out = verdict(
+        configs, maximize, max_seeds, bounds, broken, study, evidence, uncounted if edge else None
+    )
     stopped = study_attrs.get(StudyAttr.STOPPED)
     if stopped:
         out.next_step += f" The search {stopped} (hydra.sweeper.terminator=true)."
@@ -160,6 +173,7 @@ def verdict(
     broken: int = 0,
     study: str | None = None,
     evidence: Evidence | None = None,
+    edge: Sequence[Setting] | None = (),
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the race's
     comparison (judge/compare.py, its pooled seed variance) at a level stricter than the
@@ -184,6 +198,10 @@ def verdict(
         summaries = [replace(s, adjusted=judge.fit.adjusted_mean(s.label)) for s in summaries]
     sign = 1 if maximize else -1
     ranked = sorted(summaries, key=lambda s: stats.rank_value(-sign * _rank_value(s)))
+    level = racing_level(max_seeds, len(ranked))
+    at_edge = ""
+    if edge is not None:
+        ranked, at_edge = _away_from_edge(ranked, judge, level, sign, edge)
     best = ranked[0]
     detail = [f"Best: {_describe(best)}."]
     if any(c.broke for c in configs):
@@ -207,7 +225,6 @@ def verdict(
             detail=detail,
         )
         return _nothing_first(out, nothing)
-    level = racing_level(max_seeds, len(ranked))
     gaps = {
         s.label: signed(judge.difference(best.config, s.config, level), sign) for s in ranked[1:]
     }
@@ -280,6 +297,7 @@ def verdict(
         next_step = reuse(best.label, study)
     if broke:
         decision += f" {_names(broke)}: seeds broke (counted at the floor)."
+    decision += at_edge
     if max_seeds is not None:
         detail.append(race_line([s.config for s in ranked], max_seeds))
         if eliminated:
@@ -299,6 +317,32 @@ def verdict(
             )
     out = Verdict(ranked, diff, tied, decision, next_step, detail, cause)
     return _nothing_first(out, nothing)
+
+
+def _away_from_edge(
+    ranked: list[Summary], judge: Judge, level: float, sign: int, uncounted: Sequence[Setting]
+) -> tuple[list[Summary], str]:
+    """The ranking with the best named away from the edge of stability (judge/edge.py): when
+    the top sits next to a configuration whose seeds broke, the first of those the verdict
+    cannot separate from it that does not comes first. Also the sentence that says so."""
+    top = ranked[0]
+    tied = []
+    for s in ranked[1:]:
+        gap = signed(judge.difference(top.config, s.config, level), sign)
+        if gap.known and not gap.excludes_zero and not s.config.broke:
+            tied.append(s.label)
+    everyone = [Setting(s.label, s.config.params, bool(s.config.broke)) for s in ranked]
+    everyone += uncounted
+    pick = away_from_edge([top.label, *tied], everyone)
+    if pick is None:
+        return ranked, ""
+    near = broken_neighbour(everyone[0], everyone)
+    named = [s for s in ranked if s.label == pick]
+    note = (
+        f" {pick} is named over {top.label} ({show(top.config.params)}), which ranks higher "
+        f"but sits next to {near.label} ({show(near.params)}), where seeds broke."
+    )
+    return named + [s for s in ranked if s.label != pick], note
 
 
 def _nothing_first(out: Verdict, nothing: tuple[str, str, str, Cause | None] | None) -> Verdict:

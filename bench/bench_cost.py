@@ -110,6 +110,9 @@ class Policy:
     # hydra.sweeper.budget_seeds (racing.Budget): a grid race spends at most this many seeds'
     # grid of steps; 0, the race before it (every policy measured before keeps its meaning).
     budget_seeds: int = 0
+    # The verdict names the best away from the edge of stability (judge/edge.py), as the
+    # sweeper's does since issue 72's edge rule; False: the top-ranked, as before it.
+    edge: bool = True
 
     @property
     def race(self) -> bool:
@@ -191,6 +194,10 @@ VARIANTS = (
     # issue 72: the sweeper before a seed that broke counted at the floor
     replace(DEFAULT, name="default_uncounted", count_broken=False),
     replace(DEFAULT, name="default_unbudgeted", budget_seeds=0),  # the default before the cap
+    # issue 72: the verdicts before the edge rule named the top-ranked of a tie
+    replace(DEFAULT, name="default_top", edge=False),
+    Policy("fixed2_health_top", 2, health=True, edge=False),
+    Policy("fixed3_health_top", 3, health=True, edge=False),
     Policy("fixed2_health_uncounted", 2, health=True, count_broken=False),
     Policy("fixed3_health_uncounted", 3, health=True, count_broken=False),
     Policy(
@@ -437,7 +444,14 @@ class Sweep:
             | {r.guard_metric for r in watched}
         )
         for c in queue:  # the grid's slots, queued in this order
-            study.enqueue_trial({}, user_attrs={CONFIG: c})
+            study.enqueue_trial(params_of(c), user_attrs={CONFIG: c})
+        # each parameter's grid values, as a grid sweep's trials hold them
+        self.choices: dict[str, list[float]] = {}
+        for c in sorted(queue):
+            for name, value in params_of(c).items():
+                self.choices.setdefault(name, [])
+                if value not in self.choices[name]:
+                    self.choices[name].append(value)
         self.study = study
         self.flights: dict[int, Flight] = {}
         self.races: dict[int, str] = {}
@@ -473,6 +487,8 @@ class Sweep:
         if not any(t.state == TrialState.WAITING for t in self.study.get_trials(deepcopy=False)):
             return False
         trial = self.study.ask()
+        for name, values in self.choices.items():
+            trial.suggest_categorical(name, values)  # the enqueued value
         self.flights[trial.number] = Flight(trial, list(range(self.policy.start_seeds)))
         pending.extend((trial.number, pos) for pos in self.flights[trial.number].seeds)
         return True
@@ -641,11 +657,25 @@ def memoized_forecasts() -> None:
 # --- scoring: what the sweep's verdict says against the truth ---------------------------
 
 
-def outcome(study: optuna.Study) -> dict:
-    """What the sweep spent and what its verdict says, by configuration."""
+def params_of(config: str) -> dict[str, float]:
+    """A pool's configuration label as parameters: "group_size=4 lr=0.001" ->
+    {"group_size": 4.0, "lr": 0.001}; {} for a label that is not one ("a")."""
+    out = {}
+    for part in config.split():
+        name, _, value = part.partition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            return {}
+    return out
+
+
+def outcome(study: optuna.Study, edge: bool = True) -> dict:
+    """What the sweep spent and what its verdict says, by configuration. edge: the verdict
+    names the best away from the edge of stability (judge/edge.py), as the sweeper's does."""
     trials = study.get_trials(deepcopy=False)
     label = {f"t{t.number}": t.user_attrs[CONFIG] for t in trials}
-    v = sweep_verdict(trials, study.user_attrs, True)
+    v = sweep_verdict(trials, study.user_attrs, True, edge=edge)
     pick = label[v.best.label] if v.best is not None else None
     return {
         "trial_steps": sum(r.steps_run for t in trials for r in replicates(t)),
@@ -725,7 +755,7 @@ def replays(
     for rep, order, queue, name in draws(pool, reps, seed):
         row = {"replay": rep, "seed": seed, "order": order, "queue": queue}
         for p in usable:
-            out = outcome(Sweep(pool, p, queue, order, name, eval_every).run())
+            out = outcome(Sweep(pool, p, queue, order, name, eval_every).run(), p.edge)
             row[p.name] = {**out, **scored(truth, out)}
         rows.append(row)
     return rows, [p.name for p in policies if p not in usable]
