@@ -57,6 +57,11 @@ __all__ = [
 ]  # the judge's, read here by callers
 
 
+# How judge/race.py's stops against a leader begin (the trial's `race` record)
+CANNOT_BEAT, ELIMINATED = "cannot beat", "eliminated"
+RACE_STOPPED = (CANNOT_BEAT, ELIMINATED)
+
+
 @dataclass(frozen=True)
 class Summary:
     config: Config
@@ -246,8 +251,8 @@ def verdict(
         )
     # The race's decisions, as it made them: a configuration it stopped as unable to beat its
     # leader by the difference that counts is not tied with the best, only not worth seeds.
-    cannot = [label for label in tied if _race_of(ranked, label).startswith("cannot beat")]
-    eliminated = [label for label in tied if _race_of(ranked, label).startswith("eliminated")]
+    cannot = [label for label in tied if _race_of(ranked, label).startswith(CANNOT_BEAT)]
+    eliminated = [label for label in tied if _race_of(ranked, label).startswith(ELIMINATED)]
     group = [label for label in tied if label not in cannot and label not in eliminated]
     unknown = [label for label, gap in gaps.items() if not gap.known and label not in broke]
     cause = None
@@ -324,12 +329,15 @@ def _away_from_edge(
 ) -> tuple[list[Summary], str]:
     """The ranking with the best named away from the edge of stability (judge/edge.py): when
     the top sits next to a configuration whose seeds broke, the first of those the verdict
-    cannot separate from it that does not comes first. Also the sentence that says so."""
+    cannot separate from it (and the race did not stop) that does not comes first. Also the
+    sentence that says so."""
     top = ranked[0]
     tied = []
     for s in ranked[1:]:
         gap = signed(judge.difference(top.config, s.config, level), sign)
-        if gap.known and not gap.excludes_zero and not s.config.broke:
+        # one the race stopped as worse, or as unable to beat its leader, is not a candidate
+        stopped = s.config.race.startswith(RACE_STOPPED)
+        if gap.known and not gap.excludes_zero and not s.config.broke and not stopped:
             tied.append(s.label)
     everyone = [Setting(s.label, s.config.params, bool(s.config.broke)) for s in ranked]
     everyone += uncounted

@@ -4,6 +4,7 @@ the verdict that names the best of a tie away from that edge (issue 72)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from analysis.verdict import Config, Seed, verdict
@@ -109,3 +110,9 @@ def test_a_replayed_sweep_reads_its_grid_labels_as_parameters():
 
     assert params_of("group_size=4 lr=0.001") == {"group_size": 4.0, "lr": 0.001}
     assert params_of("a") == {}  # a test pool's label: no parameters, no edge
+
+
+def test_a_configuration_the_race_stopped_is_not_named_over_the_top():
+    stopped = replace(RACE[1], race="cannot beat t3 after 2 seeds: by at most 0.01")
+    race = [RACE[0], stopped, *RACE[2:]]
+    assert verdict(race, True, 3, (0.0, 1.0)).best.label == "t2"  # 5e-3, the next tied one
