@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.text import trial_note
+from analysis.verdict import named_trial, sweep_verdict
 from judge.forecast import FORECAST
 from records.database import (
     DatabaseUnreachable,
@@ -53,7 +54,6 @@ from records.sweep import (
     StudyAttr,
     Tag,
     TrialAttr,
-    best_trial,
     replicates,
 )
 
@@ -135,9 +135,11 @@ class StudyData:
         return [t for t in self.trials if t.state in states]
 
     def best(self) -> TrialRecord | None:
+        """The trial the study's verdict names best (analysis/verdict.py named_trial)."""
         if self.study is None:
             return None
-        best = best_trial(self.study.get_trials(deepcopy=False), self.maximize)
+        trials = self.study.get_trials(deepcopy=False)
+        best = named_trial(trials, sweep_verdict(trials, self.attrs, self.maximize), self.maximize)
         return next((t for t in self.trials if best and t.number == best.number), None)
 
     @property

@@ -47,7 +47,7 @@ from judge.configs import broke as seed_broke
 from judge.edge import Setting, away_from_edge, broken_neighbour
 from judge.stats import Interval
 from records.metrics import EVAL_REWARD, is_finite_number
-from records.sweep import StudyAttr, replicates
+from records.sweep import StudyAttr, best_trial, replicates
 
 __all__ = [
     "Config",
@@ -141,6 +141,19 @@ def sweep_verdict(
     if stopped:
         out.next_step += f" The search {stopped} (hydra.sweeper.terminator=true)."
     return out
+
+
+def named_trial(
+    trials: Sequence[FrozenTrial], named: Verdict, maximize: bool
+) -> FrozenTrial | None:
+    """The trial the verdict names best (its tie rule included): the one the tuned file, the
+    report and the study's MLflow run hold; the best completed value when it names none."""
+    if named.best is not None:
+        label = named.best.label
+        found = next((t for t in trials if f"t{t.number}" == label), None)
+        if found is not None and found.state == TrialState.COMPLETE:
+            return found
+    return best_trial(trials, maximize)
 
 
 def summarize(

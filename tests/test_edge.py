@@ -1,5 +1,6 @@
 """The edge of stability (judge/edge.py): which settings sit next to one whose runs broke, and
-the verdict that names the best of a tie away from that edge (issue 72)."""
+the verdict that names the best of a tie away from that edge, and the trial the tuned file
+then holds (issue 72)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from analysis.verdict import Config, Seed, verdict
+from optuna.distributions import FloatDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+from analysis.verdict import Config, Seed, named_trial, sweep_verdict, verdict
 from judge.edge import Setting, away_from_edge, broken_neighbour, neighbours
+from records.sweep import Replicate, State, StudyAttr, replicate_key
 
 LRS = (1e-3, 2e-3, 5e-3, 7e-3, 1e-2)
 
@@ -116,3 +121,42 @@ def test_a_configuration_the_race_stopped_is_not_named_over_the_top():
     stopped = replace(RACE[1], race="cannot beat t3 after 2 seeds: by at most 0.01")
     race = [RACE[0], stopped, *RACE[2:]]
     assert verdict(race, True, 3, (0.0, 1.0)).best.label == "t2"  # 5e-3, the next tied one
+
+
+KL = {"rule": "post_update_kl", "check": "post_update_kl", "step": 6, "action": "prune"}
+
+
+def recorded(number: int, lr: float, *values: float | None) -> FrozenTrial:
+    """A grid trial as a sweep stores it: a seed a value, or None for one that broke."""
+    seeds = [
+        Replicate(s, State.COMPLETE, v, 0.02, 50, 0.2, "", None, None)
+        if v is not None
+        else Replicate(s, State.PRUNED, None, 0.02, 6, 0.2, "kl above its bound", None, KL)
+        for s, v in enumerate(values)
+    ]
+    done = all(v is not None for v in values)
+    t = create_trial(
+        state=TrialState.COMPLETE if done else TrialState.PRUNED,
+        value=sum(values) / len(values) if done else None,
+        params={"lr": lr},
+        distributions={"lr": FloatDistribution(1e-5, 1.0, log=True)},
+        user_attrs={replicate_key(r.seed): r.as_attr() for r in seeds},
+    )
+    t.number = number
+    return t
+
+
+def test_the_tuned_file_and_report_hold_the_trial_the_verdict_names():
+    # 1e-2's one seed broke and its trial was pruned: out of the comparison, still the edge
+    trials = [
+        recorded(0, 2e-3, 0.33, 0.35),
+        recorded(1, 5e-3, 0.32, 0.34),
+        recorded(2, 7e-3, 0.35, 0.36),
+        recorded(3, 1e-2, None),
+    ]
+    attrs = {StudyAttr.OBJECTIVE: "eval/reward/mean", StudyAttr.MAX_SEEDS: 3}
+    v = sweep_verdict(trials, attrs, True)
+    assert v.best.label == "t0" and "sits next to t3 (lr=0.01)" in v.decision
+    assert named_trial(trials, v, True).number == 0  # not t2, the best completed value
+    top = sweep_verdict(trials, attrs, True, edge=False)
+    assert named_trial(trials, top, True).number == 2

@@ -34,11 +34,11 @@ from hydra.core.utils import JobReturn
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from analysis.verdict import study_verdict
+from analysis.verdict import named_trial, study_verdict
 from judge import race
 from judge.configs import counts_broken
 from records.database import DatabaseUnreachable
-from records.sweep import State, StudyAttr, TrialAttr, best_trial, is_interrupted, replicates
+from records.sweep import State, StudyAttr, TrialAttr, is_interrupted, replicates
 from sweeper import SweepError
 from sweeper import optuna_adapter as oa
 from sweeper.plan.preflight import one_line
@@ -153,8 +153,8 @@ class SweepRunner:
     def _finish(self, study: optuna.Study, status: str) -> None:
         close_runs_left_running(study)
         trials = study.get_trials(deepcopy=False)
-        best = best_trial(trials, self.s.maximize)
         verdict = study_verdict(study, study.user_attrs, self.s.maximize)
+        best = named_trial(trials, verdict, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         runs.log_intervals(trials, verdict.ranked)  # the study's MLflow view shows them
         self.tuned.update(study, rewrite=True)  # its notes carry the final verdict

@@ -1,14 +1,14 @@
-"""tuned/<study>.yaml: the best trial's composed config, rewritten whenever the study has a
-new best trial, and once more at the end so that its notes carry the final verdict. Written
-quietly: the verdict's last lines name it."""
+"""tuned/<study>.yaml: the composed config of the trial the verdict names best, rewritten
+whenever that trial changes, and once more at the end so that its notes carry the final
+verdict. Written quietly: the verdict's last lines name it."""
 
 from __future__ import annotations
 
 import optuna
 from omegaconf import DictConfig
 
-from analysis.verdict import study_verdict
-from records.sweep import TrialAttr, best_trial
+from analysis.verdict import named_trial, study_verdict
+from records.sweep import TrialAttr
 from records.tuned_file import tuned_notes, tuned_path, write_tuned
 from sweeper.plan.preflight import compose
 from sweeper.plan.settings import SweepSettings
@@ -29,12 +29,14 @@ class TunedFile:
         for the same best, as at the end, for the final verdict)."""
         if rewrite:
             self.best_written = None
-        best = best_trial(study.get_trials(deepcopy=False), self.s.maximize)
+        trials = study.get_trials(deepcopy=False)
+        named = study_verdict(study, study.user_attrs, self.s.maximize)
+        best = named_trial(trials, named, self.s.maximize)
         if best is None or best.number == self.best_written:
             return
         overrides = best.user_attrs[TrialAttr.OVERRIDES]
         cfg = compose(self.config_loader, self.config, overrides, keep_hydra=True)
-        verdict = study_verdict(study, study.user_attrs, self.s.maximize).text
+        verdict = named.text
         notes = tuned_notes(
             self.name, self.s.storage, best, self.s.objective, self.s.direction, verdict
         )
