@@ -108,6 +108,9 @@ class StudyData:
     distributions: dict[str, optuna.distributions.BaseDistribution]
     notes: list[str] = field(default_factory=list)  # missing data, said once
     study: optuna.Study | None = None
+    _best: list[FrozenTrial | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )  # best(), judged once
 
     @property
     def objective(self) -> str:
@@ -135,11 +138,15 @@ class StudyData:
         return [t for t in self.trials if t.state in states]
 
     def best(self) -> TrialRecord | None:
-        """The trial the study's verdict names best (analysis/verdict.py named_trial)."""
+        """The trial the study's verdict names best (analysis/verdict.py named_trial), judged
+        once: the report's pages and figures each ask for it."""
         if self.study is None:
             return None
-        trials = self.study.get_trials(deepcopy=False)
-        best = named_trial(trials, sweep_verdict(trials, self.attrs, self.maximize), self.maximize)
+        if self._best is None:
+            trials = self.study.get_trials(deepcopy=False)
+            named = sweep_verdict(trials, self.attrs, self.maximize)
+            self._best = [named_trial(trials, named, self.maximize)]
+        best = self._best[0]
         return next((t for t in self.trials if best and t.number == best.number), None)
 
     @property

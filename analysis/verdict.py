@@ -45,6 +45,7 @@ from judge.configs import (
 )
 from judge.configs import broke as seed_broke
 from judge.edge import Setting, away_from_edge, broken_neighbour
+from judge.race import CANNOT_BEAT, ELIMINATED
 from judge.stats import Interval
 from records.metrics import EVAL_REWARD, is_finite_number
 from records.sweep import StudyAttr, best_trial, replicates
@@ -55,11 +56,6 @@ __all__ = [
     "configs_from_trials",
     "objective_range",
 ]  # the judge's, read here by callers
-
-
-# How judge/race.py's stops against a leader begin (the trial's `race` record)
-CANNOT_BEAT, ELIMINATED = "cannot beat", "eliminated"
-RACE_STOPPED = (CANNOT_BEAT, ELIMINATED)
 
 
 @dataclass(frozen=True)
@@ -191,14 +187,16 @@ def verdict(
     broken: int = 0,
     study: str | None = None,
     evidence: Evidence | None = None,
-    edge: Sequence[Setting] | None = (),
+    left_out: Sequence[Setting] | None = (),
 ) -> Verdict:
     """max_seeds: the seeds were raced (seeds=auto) up to it; differences then use the race's
     comparison (judge/compare.py, its pooled seed variance) at a level stricter than the
     race's per-look one (stats.decided_level), so the verdict claims only what the race could.
     bounds: the objective's range (objective_range). broken: configurations that ended pruned
     or failed. study: its name (the tuned file). evidence: what the trials recorded beside
-    their values (analysis/next_step.py; None: only what the configurations hold)."""
+    their values (analysis/next_step.py; None: only what the configurations hold). left_out:
+    configurations not in `configs` whose seeds broke: with the configurations' own breaks,
+    they mark the edge of stability (judge/edge.py); None: the top-ranked is named regardless."""
     evidence = evidence or Evidence()
     judge = Judge([c for c in configs if c.values], raced=max_seeds is not None)
     summaries = [summarize(c, bounds, judge) for c in configs if c.values]
@@ -218,8 +216,8 @@ def verdict(
     ranked = sorted(summaries, key=lambda s: stats.rank_value(-sign * _rank_value(s)))
     level = racing_level(max_seeds, len(ranked))
     at_edge = ""
-    if edge is not None:
-        ranked, at_edge = _away_from_edge(ranked, judge, level, sign, edge)
+    if left_out is not None:
+        ranked, at_edge = _away_from_edge(ranked, judge, level, sign, left_out)
     best = ranked[0]
     detail = [f"Best: {_describe(best)}."]
     if any(c.broke for c in configs):
@@ -243,20 +241,13 @@ def verdict(
             detail=detail,
         )
         return _nothing_first(out, nothing)
-    gaps = {
-        s.label: signed(judge.difference(best.config, s.config, level), sign) for s in ranked[1:]
-    }
+    gaps = _gaps(ranked, judge, level, sign)
     # A configuration with seeds that broke is no alternative to the best, whatever its
     # interval: more seeds would not make it one. It is ranked, and named apart.
     broke = [s.label for s in ranked[1:] if s.config.broke]
     runner = next((s for s in ranked[1:] if s.label not in broke), ranked[1])
     diff = gaps[runner.label]
-    # A difference with no interval (no stderr logged) is unknown, not a tie.
-    tied = [
-        label
-        for label, gap in gaps.items()
-        if gap.known and not gap.excludes_zero and label not in broke
-    ]
+    tied = _tied(ranked, gaps)
     for s in ranked[1:]:
         detail.append(
             f"{best.label} - {s.label}: {gaps[s.label].estimate:.3g}, "
@@ -337,33 +328,51 @@ def verdict(
     return _nothing_first(out, nothing)
 
 
+def _gaps(ranked: Sequence[Summary], judge: Judge, level: float, sign: int) -> dict[str, Interval]:
+    """The first of `ranked` minus each other, better positive, at `level`."""
+    best = ranked[0]
+    return {
+        s.label: signed(judge.difference(best.config, s.config, level), sign) for s in ranked[1:]
+    }
+
+
+def _tied(ranked: Sequence[Summary], gaps: Mapping[str, Interval]) -> list[str]:
+    """Those not separated from the first of `ranked`. A difference with no interval (no stderr
+    logged) is unknown, not a tie; a configuration with seeds that broke is no alternative to
+    the best, whatever its interval."""
+    broke = {s.label for s in ranked if s.config.broke}
+    return [
+        label
+        for label, gap in gaps.items()
+        if gap.known and not gap.excludes_zero and label not in broke
+    ]
+
+
 def _away_from_edge(
-    ranked: list[Summary], judge: Judge, level: float, sign: int, uncounted: Sequence[Setting]
+    ranked: list[Summary], judge: Judge, level: float, sign: int, left_out: Sequence[Setting]
 ) -> tuple[list[Summary], str]:
     """The ranking with the best named away from the edge of stability (judge/edge.py): when
     the top sits next to a configuration whose seeds broke, the first of those the verdict
     cannot separate from it (and the race did not stop) that does not comes first. Also the
-    sentence that says so."""
+    sentence that says so. left_out: configurations not ranked whose seeds broke."""
+    race = {s.label: s.config.race for s in ranked}
+    tied = [
+        label
+        for label in _tied(ranked, _gaps(ranked, judge, level, sign))
+        if not race[label].startswith((CANNOT_BEAT, ELIMINATED))  # the race stopped it
+    ]
     top = ranked[0]
-    tied = []
-    for s in ranked[1:]:
-        gap = signed(judge.difference(top.config, s.config, level), sign)
-        # one the race stopped as worse, or as unable to beat its leader, is not a candidate
-        stopped = s.config.race.startswith(RACE_STOPPED)
-        if gap.known and not gap.excludes_zero and not s.config.broke and not stopped:
-            tied.append(s.label)
     everyone = [Setting(s.label, s.config.params, bool(s.config.broke)) for s in ranked]
-    everyone += uncounted
+    everyone += left_out
     pick = away_from_edge([top.label, *tied], everyone)
     if pick is None:
         return ranked, ""
     near = broken_neighbour(everyone[0], everyone)
-    named = [s for s in ranked if s.label == pick]
     note = (
         f" {pick} is named over {top.label} ({show(top.config.params)}), which ranks higher "
         f"but sits next to {near.label} ({show(near.params)}), where seeds broke."
     )
-    return named + [s for s in ranked if s.label != pick], note
+    return [s for s in ranked if s.label == pick] + [s for s in ranked if s.label != pick], note
 
 
 def _nothing_first(out: Verdict, nothing: tuple[str, str, str, Cause | None] | None) -> Verdict:

@@ -446,12 +446,8 @@ class Sweep:
         for c in queue:  # the grid's slots, queued in this order
             study.enqueue_trial(params_of(c), user_attrs={CONFIG: c})
         # each parameter's grid values, as a grid sweep's trials hold them
-        self.choices: dict[str, list[float]] = {}
-        for c in sorted(queue):
-            for name, value in params_of(c).items():
-                self.choices.setdefault(name, [])
-                if value not in self.choices[name]:
-                    self.choices[name].append(value)
+        grid = [params_of(c) for c in queue]
+        self.choices = {name: sorted({p[name] for p in grid}) for name in (grid[0] if grid else {})}
         self.study = study
         self.flights: dict[int, Flight] = {}
         self.races: dict[int, str] = {}

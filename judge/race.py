@@ -41,6 +41,8 @@ class Step:
 
 
 SEED, STOP, HOLD = "seed", "stop", "hold"
+# How a stop against the leader begins: the verdict reads them back from the trial's record
+ELIMINATED, CANNOT_BEAT = "eliminated", "cannot beat"
 # What a pair not yet separated is judged futile on (`_futile`): OPTIMISTIC, the difference at
 # its one-sided 95% upper bound; POWER, min_difference (the difference that counts).
 OPTIMISTIC, POWER = "optimistic", "power"
@@ -94,12 +96,12 @@ def decide(
         gap = signed(judge.difference(leader, me, level), sign)
         if gap.known and gap.low > 0:
             return Step(
-                STOP, f"eliminated after {n} seeds: {leader.label} is better by {_show(gap)}"
+                STOP, f"{ELIMINATED} after {n} seeds: {leader.label} is better by {_show(gap)}"
             )
         most = stats.reversal_bound(gap, stats.FUTILITY_LEVEL)
         if min_difference > 0 and most < min_difference:  # 0: every difference is chased
             return _stop_or_wait(
-                f"cannot beat {leader.label} after {n} seeds: by at most {most:.3g} "
+                f"{CANNOT_BEAT} {leader.label} after {n} seeds: by at most {most:.3g} "
                 f"({stats.FUTILITY_LEVEL:.0%} upper bound), below min_difference="
                 f"{min_difference:.3g}",
                 leader,

@@ -87,13 +87,13 @@ def test_the_verdict_names_the_best_of_a_tie_away_from_the_edge():
         v.decision
     )
     # without the rule (or before it), the top-ranked is named
-    assert verdict(RACE, True, 3, (0.0, 1.0), edge=None).best.label == "t3"
+    assert verdict(RACE, True, 3, (0.0, 1.0), left_out=None).best.label == "t3"
 
 
 def test_a_setting_left_out_of_the_verdict_still_marks_the_edge():
     passed = [c for c in RACE if c.label != "t4"]  # 1e-2 uncounted: its one seed broke
     assert verdict(passed, True, 3, (0.0, 1.0)).best.label == "t3"
-    out = verdict(passed, True, 3, (0.0, 1.0), edge=[Setting("t4", {"lr": 1e-2}, True)])
+    out = verdict(passed, True, 3, (0.0, 1.0), left_out=[Setting("t4", {"lr": 1e-2}, True)])
     assert out.best.label == "t1"
 
 

@@ -157,7 +157,7 @@ class SweepRunner:
         best = named_trial(trials, verdict, self.s.maximize)
         runs.finish_parent_run(self.parent_run_id, trials, best, status, verdict.text)
         runs.log_intervals(trials, verdict.ranked)  # the study's MLflow view shows them
-        self.tuned.update(study, rewrite=True)  # its notes carry the final verdict
+        self.tuned.update(study, rewrite=True, named=verdict)  # its notes carry the final verdict
         link = runs.runs_link(self.config.experiment, self.name, study.user_attrs)
         table = final_table(study, verdict, self.config.hydra.verbose)
         if self.search_sampler.is_grid:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 from omegaconf import DictConfig
 
-from analysis.verdict import named_trial, study_verdict
+from analysis.verdict import Verdict, named_trial, study_verdict
 from records.sweep import TrialAttr
 from records.tuned_file import tuned_notes, tuned_path, write_tuned
 from sweeper.plan.preflight import compose
@@ -24,13 +24,16 @@ class TunedFile:
         self.config_loader, self.config = config_loader, config
         self.best_written: int | None = None
 
-    def update(self, study: optuna.Study, rewrite: bool = False) -> None:
-        """Rewrite tuned/<study>.yaml whenever the study has a new best trial (rewrite: even
-        for the same best, as at the end, for the final verdict)."""
+    def update(
+        self, study: optuna.Study, rewrite: bool = False, named: Verdict | None = None
+    ) -> None:
+        """Rewrite tuned/<study>.yaml whenever the verdict names a new best trial (rewrite: even
+        for the same best, as at the end, for the final verdict; named: that verdict, when the
+        caller has it)."""
         if rewrite:
             self.best_written = None
         trials = study.get_trials(deepcopy=False)
-        named = study_verdict(study, study.user_attrs, self.s.maximize)
+        named = named or study_verdict(study, study.user_attrs, self.s.maximize)
         best = named_trial(trials, named, self.s.maximize)
         if best is None or best.number == self.best_written:
             return
